@@ -1,0 +1,90 @@
+//! The operation vocabulary both drivers speak.
+//! Owns: what an operation is, what its completion carries. Not: how a backend performs it
+//! (`uring/`, `poll/`), what the loop does with the result (`core/`).
+//!
+//! Every operation is completion-style: it is submitted under a caller-chosen [`Token`] and
+//! later yields exactly one final [`Completion`] with that token (a result or `-errno`,
+//! `-ECANCELED` when it was cancelled first). The `poll` driver emulates this on readiness:
+//! try now, wait on `WouldBlock`, retry. Networking adds variants here (recv, send, accept,
+//! connect); each new variant lands with its SQE builder, its readiness emulation and a case in
+//! `rust/tests/driver_contract.rs`.
+
+use std::os::fd::RawFd;
+
+/// Caller-chosen identifier of one submitted operation; echoed in its completion.
+/// `u64::MAX` is reserved by the drivers for their own use.
+pub type Token = u64;
+
+/// Readiness a [`Op::Poll`] waits for, as bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Interest(u8);
+
+impl Interest {
+    /// Nothing.
+    pub const NONE: Interest = Interest(0);
+    /// The fd can be read without blocking (or is at EOF / in error).
+    pub const READABLE: Interest = Interest(1);
+    /// The fd can be written without blocking (or is in error).
+    pub const WRITABLE: Interest = Interest(2);
+
+    /// Builds an interest from raw bits (only the two low bits count).
+    pub const fn from_bits(bits: u8) -> Interest {
+        Interest(bits & 3)
+    }
+    /// The raw bits.
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+    /// Whether READABLE is set.
+    pub const fn is_readable(self) -> bool {
+        self.0 & 1 != 0
+    }
+    /// Whether WRITABLE is set.
+    pub const fn is_writable(self) -> bool {
+        self.0 & 2 != 0
+    }
+    /// Union of two interests.
+    pub const fn add(self, other: Interest) -> Interest {
+        Interest(self.0 | other.0)
+    }
+    /// Whether no bit is set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// One operation handed to a driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// One-shot readiness: completes once `fd` is ready for any bit of `interest`.
+    /// The result is the ready [`Interest`] bits; error and hang-up conditions report every
+    /// requested bit, as `selectors` does, so the watcher runs and finds out itself.
+    /// Level-triggered use re-submits after each completion.
+    Poll {
+        /// The file descriptor to watch; the caller keeps it open until the completion.
+        fd: RawFd,
+        /// What to wait for; never empty.
+        interest: Interest,
+    },
+}
+
+/// The final answer for one submitted operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The token the operation was submitted with.
+    pub token: Token,
+    /// `>= 0`: the operation's result (for `Poll`, the ready `Interest` bits);
+    /// `< 0`: `-errno` (`-ECANCELED` after [`cancel`](super::Driver::cancel)).
+    pub result: i32,
+}
+
+/// Cheap counters a driver keeps; read by `loop.stats()`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverCounters {
+    /// Operations handed to the kernel (SQEs pushed, or readiness registrations made).
+    pub submissions: u64,
+    /// Kernel calls made to submit and/or wait (`io_uring_enter`, `epoll_wait`, ...).
+    pub enters: u64,
+    /// Completions delivered to the caller.
+    pub completions: u64,
+}
