@@ -1,5 +1,23 @@
 //! rsloop's native core: a drop-in asyncio event loop on io_uring and mio.
 //! This file is wiring only: `mod` lines and the `#[pymodule]` that registers each module.
 
+pub mod core;
 pub mod driver;
+pub mod errors;
+pub mod handles;
+pub mod py;
 pub mod sys;
+pub mod timers;
+
+use pyo3::prelude::*;
+
+/// The private native module, re-exported by the `rsloop` package.
+#[pymodule]
+fn _rsloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add(
+        "BUILD_URING",
+        cfg!(uring),
+    )?;
+    py::register(m)
+}

@@ -9,7 +9,14 @@
 //! connect); each new variant lands with its SQE builder, its readiness emulation and a case in
 //! `rust/tests/driver_contract.rs`.
 
-use std::os::fd::RawFd;
+/// A file descriptor number (`std::os::fd::RawFd` on Unix; a plain `i32` elsewhere, where
+/// the `poll` driver refuses fds).
+#[cfg(unix)]
+pub use std::os::fd::RawFd;
+/// A file descriptor number (`std::os::fd::RawFd` on Unix; a plain `i32` elsewhere, where
+/// the `poll` driver refuses fds).
+#[cfg(not(unix))]
+pub type RawFd = i32;
 
 /// Caller-chosen identifier of one submitted operation; echoed in its completion.
 /// `u64::MAX` is reserved by the drivers for their own use.

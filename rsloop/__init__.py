@@ -1,0 +1,72 @@
+"""rsloop: a drop-in asyncio event loop with a Rust core (io_uring, mio).
+
+    import rsloop
+    rsloop.run(main())
+    asyncio.run(main(), loop_factory=rsloop.new_event_loop)      # Python >= 3.12
+    asyncio.set_event_loop_policy(rsloop.EventLoopPolicy())
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from . import _backend
+from ._runner import new_event_loop, run
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "Loop",
+    "EventLoopPolicy",
+    "BackendInfo",
+    "backend",
+    "new_event_loop",
+    "run",
+    "__version__",
+)
+
+
+class BackendInfo(NamedTuple):
+    """Which backend a loop runs on (``uring``, ``poll`` or ``asyncio``) and, when it is
+    not the one that was preferred, why."""
+
+    name: str
+    reason: str | None
+
+
+def backend(loop: Any = None) -> BackendInfo:
+    """The backend of ``loop``; by default of the running loop, or else of the loop
+    :func:`new_event_loop` would make now."""
+    if loop is None:
+        import asyncio
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+    if loop is None:
+        loop = new_event_loop()
+        try:
+            return BackendInfo(loop.backend, loop.backend_reason)  # type: ignore[attr-defined]
+        finally:
+            loop.close()
+    name = getattr(loop, "backend", None)
+    if name is None:
+        return BackendInfo("asyncio", f"{type(loop).__name__} is not an rsloop loop")
+    return BackendInfo(name, getattr(loop, "backend_reason", None))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Loop":
+        if _backend.NATIVE_ERROR is not None:
+            from ._fallback import FallbackLoop
+
+            return FallbackLoop
+        from ._loop import Loop
+
+        return Loop
+    if name == "EventLoopPolicy":
+        from ._policy import EventLoopPolicy
+
+        return EventLoopPolicy
+    raise AttributeError(f"module 'rsloop' has no attribute {name!r}")

@@ -1,0 +1,450 @@
+"""``rsloop.Loop``: the native loop plus the per-loop glue asyncio keeps in Python.
+
+What runs per callback (scheduling, the run loop, timers, fd watchers) is native
+(``rsloop._rsloop.Loop``). What runs once per loop or per error -- run_forever's set-up,
+run_until_complete, exception handlers, executors, async generator hooks, task
+factories -- lives here, with asyncio's behaviour and messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import socket
+import sys
+import threading
+import traceback
+import warnings
+from asyncio import events, futures, tasks
+
+from . import _compat
+from . import _format
+from ._rsloop import Loop as _NativeLoop
+
+logger = logging.getLogger("asyncio")
+
+__all__ = ["Loop"]
+
+
+def _run_until_complete_cb(fut):
+    if not fut.cancelled():
+        exc = fut.exception()
+        if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            # Let the exception propagate from run_until_complete() instead of stopping.
+            return
+    fut.get_loop().stop()
+
+
+def _env_debug() -> bool:
+    return not sys.flags.ignore_environment and bool(
+        os.environ.get("PYTHONASYNCIODEBUG")
+    )
+
+
+def _not_implemented(name: str):
+    def method(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"rsloop: Loop.{name}() is not implemented yet; see docs/compatibility.md"
+        )
+
+    method.__name__ = name
+    method.__qualname__ = f"Loop.{name}"
+    return method
+
+
+class Loop(_NativeLoop, asyncio.AbstractEventLoop):
+    """An asyncio event loop on rsloop's native core (io_uring or mio)."""
+
+    def __init__(self, backend: str | None = None) -> None:
+        self._exception_handler = None
+        self._task_factory = None
+        self._default_executor = None
+        self._executor_shutdown_called = False
+        self._asyncgens: set = set()
+        self._asyncgens_shutdown_called = False
+        self._coroutine_origin_tracking_enabled = False
+        self._coroutine_origin_tracking_saved_depth = None
+        self._current_handle = None
+        self._set_debug_native(bool(sys.flags.dev_mode or _env_debug()))
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} running={self.is_running()} "
+            f"closed={self.is_closed()} debug={self.get_debug()}>"
+        )
+
+    # ----- Running and stopping the event loop -----
+
+    def _check_closed(self) -> None:
+        if self.is_closed():
+            raise RuntimeError("Event loop is closed")
+
+    def _check_running(self) -> None:
+        if self.is_running():
+            raise RuntimeError("This event loop is already running")
+        if events._get_running_loop() is not None:
+            raise RuntimeError("Cannot run the event loop while another loop is running")
+
+    def run_forever(self) -> None:
+        """Run until stop() is called."""
+        self._check_closed()
+        self._check_running()
+        self._set_coroutine_origin_tracking(self.get_debug())
+        old_hooks = sys.get_asyncgen_hooks()
+        try:
+            sys.set_asyncgen_hooks(
+                firstiter=self._asyncgen_firstiter_hook,
+                finalizer=self._asyncgen_finalizer_hook,
+            )
+            events._set_running_loop(self)
+            self._run_forever_native()
+        finally:
+            events._set_running_loop(None)
+            self._set_coroutine_origin_tracking(False)
+            sys.set_asyncgen_hooks(*old_hooks)
+
+    def run_until_complete(self, future):
+        """Run until the Future is done; return its result or raise its exception."""
+        self._check_closed()
+        self._check_running()
+        new_task = not futures.isfuture(future)
+        future = tasks.ensure_future(future, loop=self)
+        if new_task:
+            # The caller cannot reach this task: an exception is raised below if it did
+            # not finish, so don't log "Task was destroyed but it is pending".
+            future._log_destroy_pending = False
+        future.add_done_callback(_run_until_complete_cb)
+        try:
+            self.run_forever()
+        except BaseException:
+            if new_task and future.done() and not future.cancelled():
+                # Consume the task's BaseException: the caller gets it raised here.
+                future.exception()
+            raise
+        finally:
+            future.remove_done_callback(_run_until_complete_cb)
+        if not future.done():
+            raise RuntimeError("Event loop stopped before Future completed.")
+        return future.result()
+
+    def close(self) -> None:
+        """Close the loop: drop pending callbacks, shut the default executor down."""
+        if self.is_running():
+            raise RuntimeError("Cannot close a running event loop")
+        if self.is_closed():
+            return
+        if self.get_debug():
+            logger.debug("Close %r", self)
+        self._close_native()
+        self._executor_shutdown_called = True
+        executor = self._default_executor
+        if executor is not None:
+            self._default_executor = None
+            executor.shutdown(wait=False)
+
+    def __del__(self, _warn=warnings.warn) -> None:
+        try:
+            closed = self.is_closed()
+        except Exception:
+            return
+        if not closed:
+            _warn(f"unclosed event loop {self!r}", ResourceWarning, source=self)
+            if not self.is_running():
+                self.close()
+
+    # ----- Async generators -----
+
+    def _asyncgen_firstiter_hook(self, agen) -> None:
+        if self._asyncgens_shutdown_called:
+            warnings.warn(
+                f"asynchronous generator {agen!r} was scheduled after "
+                f"loop.shutdown_asyncgens() call",
+                ResourceWarning,
+                source=self,
+            )
+        self._asyncgens.add(agen)
+
+    def _asyncgen_finalizer_hook(self, agen) -> None:
+        self._asyncgens.discard(agen)
+        if not self.is_closed():
+            self.call_soon_threadsafe(self.create_task, agen.aclose())
+
+    async def shutdown_asyncgens(self) -> None:
+        """Close every asynchronous generator still alive."""
+        self._asyncgens_shutdown_called = True
+        if not self._asyncgens:
+            return
+        closing = list(self._asyncgens)
+        self._asyncgens.clear()
+        results = await tasks.gather(
+            *[agen.aclose() for agen in closing], return_exceptions=True
+        )
+        for result, agen in zip(results, closing):
+            if isinstance(result, Exception):
+                self.call_exception_handler(
+                    {
+                        "message": "an error occurred during closing of "
+                        f"asynchronous generator {agen!r}",
+                        "exception": result,
+                        "asyncgen": agen,
+                    }
+                )
+
+    # ----- Executors -----
+
+    def _check_default_executor(self) -> None:
+        if self._executor_shutdown_called:
+            raise RuntimeError("Executor shutdown has been called")
+
+    def run_in_executor(self, executor, func, *args):
+        self._check_closed()
+        if self.get_debug():
+            _format.check_callback(func, "run_in_executor")
+        if executor is None:
+            self._check_default_executor()
+            executor = self._default_executor
+            if executor is None:
+                executor = concurrent.futures.ThreadPoolExecutor(
+                    thread_name_prefix="asyncio"
+                )
+                self._default_executor = executor
+        return futures.wrap_future(executor.submit(func, *args), loop=self)
+
+    def set_default_executor(self, executor) -> None:
+        if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
+            raise TypeError("executor must be ThreadPoolExecutor instance")
+        self._default_executor = executor
+
+    async def shutdown_default_executor(self, timeout=None) -> None:
+        """Wait for the default executor's threads to finish (``timeout`` on 3.12+)."""
+        self._executor_shutdown_called = True
+        executor = self._default_executor
+        if executor is None:
+            return
+        future = self.create_future()
+        thread = threading.Thread(target=self._do_shutdown, args=(executor, future))
+        thread.start()
+        try:
+            if timeout is None:
+                await future
+            else:
+                await tasks.wait_for(tasks.shield(future), timeout)
+        except asyncio.TimeoutError:
+            warnings.warn(
+                "The executor did not finishing joining "
+                f"its threads within {timeout} seconds.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            executor.shutdown(wait=False)
+        else:
+            thread.join()
+
+    def _do_shutdown(self, executor, future) -> None:
+        try:
+            executor.shutdown(wait=True)
+            if not self.is_closed():
+                self.call_soon_threadsafe(_set_result_unless_cancelled, future, None)
+        except Exception as ex:
+            if not self.is_closed():
+                self.call_soon_threadsafe(_set_exception_unless_cancelled, future, ex)
+
+    # ----- Futures and tasks -----
+
+    def create_future(self):
+        return futures.Future(loop=self)
+
+    def create_task(self, coro, *, name=None, context=None, **kwargs):
+        self._check_closed()
+        if kwargs and not _compat.PY313:
+            raise TypeError(
+                f"create_task() got an unexpected keyword argument {next(iter(kwargs))!r}"
+            )
+        factory = self._task_factory
+        if factory is None:
+            task = tasks.Task(coro, loop=self, name=name, context=context, **kwargs)
+            if task._source_traceback:
+                del task._source_traceback[-1]
+        else:
+            if context is None and not kwargs:
+                task = factory(self, coro)
+            else:
+                task = factory(self, coro, context=context, **kwargs)
+            if name is not None:
+                task.set_name(name)
+        return task
+
+    def set_task_factory(self, factory) -> None:
+        if factory is not None and not callable(factory):
+            raise TypeError("task factory must be a callable or None")
+        self._task_factory = factory
+
+    def get_task_factory(self):
+        return self._task_factory
+
+    # ----- Error handlers -----
+
+    def get_exception_handler(self):
+        return self._exception_handler
+
+    def set_exception_handler(self, handler) -> None:
+        if handler is not None and not callable(handler):
+            raise TypeError(
+                f"A callable object or None is expected, got {handler!r}"
+            )
+        self._exception_handler = handler
+
+    def default_exception_handler(self, context) -> None:
+        """Log ``context`` the way asyncio's default handler does."""
+        message = context.get("message") or "Unhandled exception in event loop"
+        exception = context.get("exception")
+        exc_info = (
+            (type(exception), exception, exception.__traceback__)
+            if exception is not None
+            else False
+        )
+        current = self._current_handle
+        if (
+            "source_traceback" not in context
+            and current is not None
+            and current._source_traceback
+        ):
+            context["handle_traceback"] = current._source_traceback
+        lines = [message]
+        for key in sorted(context):
+            if key in {"message", "exception"}:
+                continue
+            value = context[key]
+            if key == "source_traceback":
+                tb = "".join(traceback.format_list(value))
+                value = "Object created at (most recent call last):\n" + tb.rstrip()
+            elif key == "handle_traceback":
+                tb = "".join(traceback.format_list(value))
+                value = "Handle created at (most recent call last):\n" + tb.rstrip()
+            else:
+                value = repr(value)
+            lines.append(f"{key}: {value}")
+        logger.error("\n".join(lines), exc_info=exc_info)
+
+    def call_exception_handler(self, context) -> None:
+        """Pass ``context`` to the handler set by set_exception_handler(), or log it."""
+        handler = self._exception_handler
+        if handler is None:
+            try:
+                self.default_exception_handler(context)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:
+                logger.error("Exception in default exception handler", exc_info=True)
+            return
+        try:
+            handler(self, context)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            try:
+                self.default_exception_handler(
+                    {
+                        "message": "Unhandled error in exception handler",
+                        "exception": exc,
+                        "context": context,
+                    }
+                )
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:
+                logger.error(
+                    "Exception in default exception handler "
+                    "while handling an unexpected error "
+                    "in custom exception handler",
+                    exc_info=True,
+                )
+
+    def _report_callback_error(self, handle, exc) -> None:
+        """Called by the native loop when a callback raised (``Handle._run``)."""
+        context = {
+            "message": f"Exception in callback {_format.callback_source(handle)}",
+            "exception": exc,
+            "handle": handle,
+        }
+        tb = handle._source_traceback
+        if tb:
+            context["source_traceback"] = tb
+        self.call_exception_handler(context)
+
+    def _warn_slow_callback(self, handle, seconds: float) -> None:
+        """Debug mode: a callback ran for at least ``slow_callback_duration``."""
+        callback = handle._callback
+        owner = getattr(callback, "__self__", None)
+        text = repr(owner) if isinstance(owner, tasks.Task) else str(handle)
+        logger.warning("Executing %s took %.3f seconds", text, seconds)
+
+    # ----- Debug flag management -----
+
+    def set_debug(self, enabled: bool) -> None:
+        self._set_debug_native(bool(enabled))
+        if self.is_running():
+            self.call_soon_threadsafe(self._set_coroutine_origin_tracking, enabled)
+
+    def _set_coroutine_origin_tracking(self, enabled: bool) -> None:
+        if bool(enabled) == bool(self._coroutine_origin_tracking_enabled):
+            return
+        if enabled:
+            self._coroutine_origin_tracking_saved_depth = (
+                sys.get_coroutine_origin_tracking_depth()
+            )
+            sys.set_coroutine_origin_tracking_depth(events._DEBUG_STACK_DEPTH)
+        else:
+            sys.set_coroutine_origin_tracking_depth(
+                self._coroutine_origin_tracking_saved_depth
+            )
+        self._coroutine_origin_tracking_enabled = enabled
+
+    # ----- Names (via the executor, as asyncio does) -----
+
+    async def getaddrinfo(self, host, port, *, family=0, type=0, proto=0, flags=0):
+        return await self.run_in_executor(
+            None, socket.getaddrinfo, host, port, family, type, proto, flags
+        )
+
+    async def getnameinfo(self, sockaddr, flags=0):
+        return await self.run_in_executor(None, socket.getnameinfo, sockaddr, flags)
+
+    # ----- rsloop extras -----
+
+    @property
+    def backend(self) -> str:
+        """The driver this loop runs on: ``"uring"`` or ``"poll"``."""
+        return self._backend_info()[0]
+
+    @property
+    def backend_reason(self) -> str | None:
+        """Why the preferred driver is not used, or None."""
+        return self._backend_info()[1]
+
+
+def _set_result_unless_cancelled(fut, result) -> None:
+    if not fut.cancelled():
+        fut.set_result(result)
+
+
+def _set_exception_unless_cancelled(fut, exc) -> None:
+    if not fut.cancelled():
+        fut.set_exception(exc)
+
+
+# AbstractEventLoop methods that arrive with the networking and process issues. Until
+# then they fail loudly, naming the method, instead of asyncio's bare NotImplementedError.
+_PENDING = (
+    "create_connection create_server sendfile start_tls create_unix_connection "
+    "create_unix_server connect_accepted_socket create_datagram_endpoint "
+    "connect_read_pipe connect_write_pipe subprocess_shell subprocess_exec "
+    "sock_recv sock_recv_into sock_recvfrom sock_recvfrom_into sock_sendall "
+    "sock_sendto sock_connect sock_accept sock_sendfile add_signal_handler "
+    "remove_signal_handler"
+).split()
+for _name in _PENDING:
+    setattr(Loop, _name, _not_implemented(_name))
+del _name

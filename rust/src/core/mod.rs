@@ -1,0 +1,166 @@
+//! The loop core: decides WHEN Python code runs.
+//! Owns: the ready queue, the timer heap, fd watchers, the driver slot, run/stop/close state.
+//! Not: kernel calls (`driver/`), the Python-facing argument checks (`py/`).
+//!
+//! Threading: one thread runs the loop; other threads may only post through
+//! `call_soon_threadsafe`. Everything the loop thread and a poster can touch at once sits
+//! behind a short `Mutex` that is never held while Python code runs or while a Python object
+//! is dropped (a drop can run `__del__`, which can call back into the loop).
+
+pub mod run;
+pub mod stats;
+pub mod watchers;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+
+use crate::driver::{Driver, Requested, Waker};
+use crate::handles::{lock, Handle, TimerHandle};
+use crate::timers::TimerHeap;
+use stats::Stats;
+use watchers::Watchers;
+
+/// asyncio's `MAXIMUM_SELECT_TIMEOUT`: never wait longer than a day at once.
+pub const MAX_WAIT_SECS: f64 = 24.0 * 3600.0;
+
+/// Which backend a loop runs on and why.
+#[derive(Clone, Debug)]
+pub struct BackendInfo {
+    /// "uring" or "poll".
+    pub name: &'static str,
+    /// Why a requested or preferred backend was not used, if it was not.
+    pub reason: Option<String>,
+}
+
+/// State of one event loop.
+pub struct LoopCore {
+    /// Callbacks ready to run, in order. Also the cross-thread inbox: `call_soon_threadsafe`
+    /// appends here exactly as asyncio appends to `_ready`, and the loop takes the whole
+    /// queue in one swap per iteration.
+    pub ready: Mutex<VecDeque<Py<Handle>>>,
+    /// Scheduled timers.
+    pub timers: Mutex<TimerHeap<Py<TimerHandle>>>,
+    /// Cancelled timers still in the heap (asyncio's `_timer_cancelled_count`).
+    pub cancelled_timers: Arc<AtomicUsize>,
+    /// fd watchers.
+    pub watchers: Mutex<Watchers>,
+    /// The driver, created on the thread that first runs the loop. Only the loop thread
+    /// locks it, including across the GIL-free kernel wait.
+    pub driver: Mutex<Option<Driver>>,
+    /// A waker for the current driver, for other threads.
+    pub waker: Mutex<Option<Waker>>,
+    /// Set by the loop just before it blocks in the kernel; a poster that swaps it from
+    /// true to false owes the driver a wake-up.
+    pub needs_wake: AtomicBool,
+    /// asyncio's `_stopping`.
+    pub stopping: AtomicBool,
+    /// asyncio's `_closed`.
+    pub closed: AtomicBool,
+    /// `threading.get_ident()` of the running thread, 0 when not running.
+    pub thread_id: AtomicU64,
+    /// Debug mode.
+    pub debug: AtomicBool,
+    /// `slow_callback_duration` in seconds, as f64 bits.
+    pub slow_callback_bits: AtomicU64,
+    /// The backend the caller asked for.
+    pub requested: Requested,
+    /// The backend in use (or planned) and the fallback reason.
+    pub backend: Mutex<BackendInfo>,
+    /// Counters.
+    pub stats: Stats,
+    /// `time.get_clock_info('monotonic').resolution`.
+    pub clock_resolution: f64,
+}
+
+impl LoopCore {
+    /// A new, idle loop. The driver itself is created when the loop first runs.
+    pub fn new(requested: Requested, backend: BackendInfo) -> Self {
+        LoopCore {
+            ready: Mutex::new(VecDeque::new()),
+            timers: Mutex::new(TimerHeap::new()),
+            cancelled_timers: Arc::new(AtomicUsize::new(0)),
+            watchers: Mutex::new(Watchers::default()),
+            driver: Mutex::new(None),
+            waker: Mutex::new(None),
+            needs_wake: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            thread_id: AtomicU64::new(0),
+            debug: AtomicBool::new(false),
+            slow_callback_bits: AtomicU64::new(0.1f64.to_bits()),
+            requested,
+            backend: Mutex::new(backend),
+            stats: Stats::default(),
+            clock_resolution: crate::sys::clock::resolution(),
+        }
+    }
+
+    /// `loop.time()`.
+    #[inline]
+    pub fn time(&self) -> f64 {
+        crate::sys::clock::monotonic()
+    }
+
+    /// Whether debug mode is on.
+    #[inline]
+    pub fn debug(&self) -> bool {
+        self.debug.load(Ordering::Relaxed)
+    }
+
+    /// Appends a ready handle (`call_soon`).
+    #[inline]
+    pub fn push_ready(&self, handle: Py<Handle>) {
+        lock(&self.ready).push_back(handle);
+    }
+
+    /// Appends a ready handle from any thread and wakes the driver if it sleeps.
+    pub fn push_ready_threadsafe(&self, handle: Py<Handle>) {
+        lock(&self.ready).push_back(handle);
+        self.stats.threadsafe_calls.fetch_add(1, Ordering::Relaxed);
+        self.wake();
+    }
+
+    /// Wakes a driver blocked in the kernel, if it is.
+    pub fn wake(&self) {
+        if self.needs_wake.swap(false, Ordering::SeqCst) {
+            self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+            if let Some(w) = lock(&self.waker).as_ref() {
+                // A failed wake (eventfd full) means one is already pending.
+                let _ = w.wake();
+            }
+        }
+    }
+
+    /// Pushes a timer onto the heap.
+    pub fn push_timer(&self, when: f64, timer: Py<TimerHandle>) {
+        lock(&self.timers).push(when, timer);
+    }
+
+    /// Empties every queue and drops the driver (loop close). Returns the Python objects
+    /// removed so the caller drops them with no lock held.
+    pub fn clear(&self) -> Vec<Py<PyAny>> {
+        let mut out: Vec<Py<PyAny>> = Vec::new();
+        out.extend(
+            std::mem::take(&mut *lock(&self.ready))
+                .into_iter()
+                .map(Py::into_any),
+        );
+        let timers = lock(&self.timers).drain();
+        for t in &timers {
+            t.get().unschedule();
+        }
+        out.extend(timers.into_iter().map(Py::into_any));
+        self.cancelled_timers.store(0, Ordering::Relaxed);
+        out.extend(lock(&self.watchers).clear().into_iter().map(Py::into_any));
+        *lock(&self.waker) = None;
+        if let Some(d) = lock(&self.driver).take() {
+            if d.is_inherited() {
+                d.abandon();
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,379 @@
+//! run_forever / run_once: the only place callbacks are invoked.
+//! Owns: one iteration, step by step as `asyncio.base_events.BaseEventLoop._run_once`.
+//! Not: the Python-side set-up of `run_forever` (running-loop registration, asyncgen hooks),
+//! which stays in `rsloop/_loop.py` because it runs once per loop run.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
+use pyo3::intern;
+use pyo3::prelude::*;
+
+use super::{BackendInfo, LoopCore, MAX_WAIT_SECS};
+use crate::driver::{self, Completion, Op, Requested};
+use crate::errors::os_error;
+use crate::handles::{lock, Handle, RunOutcome};
+use crate::timers::should_compact;
+
+/// Scratch space reused across iterations of one `run_forever`.
+#[derive(Default)]
+pub struct Scratch {
+    completions: Vec<Completion>,
+    batch: VecDeque<Py<Handle>>,
+    to_drop: Vec<Py<PyAny>>,
+}
+
+impl LoopCore {
+    /// Creates the driver on the calling (running) thread if there is none yet, or replaces
+    /// one inherited from a parent process.
+    pub fn ensure_driver(&self) -> PyResult<()> {
+        let mut slot = lock(&self.driver);
+        if let Some(d) = slot.as_ref() {
+            if !d.is_inherited() {
+                return Ok(());
+            }
+        }
+        if let Some(old) = slot.take() {
+            old.abandon();
+        }
+        let (driver, reason) = driver::select(self.requested).map_err(|e| {
+            let msg = format!("rsloop: cannot create the {:?} driver: {e}", self.requested);
+            match e.raw_os_error() {
+                Some(code) => {
+                    pyo3::exceptions::PyOSError::new_err((code, msg))
+                }
+                None => pyo3::exceptions::PyOSError::new_err(msg),
+            }
+        })?;
+        {
+            let mut info = lock(&self.backend);
+            let name = driver.kind().name();
+            if info.name != name || reason.is_some() {
+                *info = BackendInfo {
+                    name,
+                    reason: reason.or_else(|| info.reason.clone()),
+                };
+            }
+        }
+        *lock(&self.waker) = Some(driver.waker());
+        *slot = Some(driver);
+        // Watchers added before the loop ever ran are armed by the first flush.
+        Ok(())
+    }
+
+    /// Runs iterations until `stop()`; mirrors `run_forever`'s inner `while True` loop.
+    pub fn run_forever(&self, py: Python<'_>, loop_obj: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.ensure_driver()?;
+        let started = Instant::now();
+        let mut scratch = Scratch::default();
+        let result = loop {
+            if let Err(e) = self.run_once(py, loop_obj, &mut scratch) {
+                break Err(e);
+            }
+            if self.stopping.load(Ordering::Relaxed) {
+                break Ok(());
+            }
+        };
+        self.stopping.store(false, Ordering::Relaxed);
+        self.stats.run_ns.add(started.elapsed().as_nanos() as u64);
+        drop(scratch);
+        result
+    }
+
+    /// One iteration of the loop.
+    pub fn run_once(
+        &self,
+        py: Python<'_>,
+        loop_obj: &Bound<'_, PyAny>,
+        scratch: &mut Scratch,
+    ) -> PyResult<()> {
+        self.stats.iterations.add(1);
+        self.drop_cancelled_timers(py, scratch);
+
+        // Timeout: zero if anything is ready or we are stopping, else until the next timer.
+        let ready_now = !lock(&self.ready).is_empty();
+        let mut timeout = if ready_now || self.stopping.load(Ordering::Relaxed) {
+            Some(0.0)
+        } else {
+            lock(&self.timers)
+                .peek()
+                .map(|(when, _)| wait_for(when - self.time()))
+        };
+
+        self.poll_driver(py, &mut timeout, scratch)?;
+        self.process_completions(py, scratch);
+        self.fire_timers(py);
+        drop(std::mem::take(&mut scratch.to_drop));
+        self.run_ready(py, loop_obj, scratch)
+    }
+
+    // mirrors _run_once's first block: compact the heap when cancelled timers dominate,
+    // else pop cancelled ones off the top.
+    fn drop_cancelled_timers(&self, py: Python<'_>, scratch: &mut Scratch) {
+        let cancelled = self.cancelled_timers.load(Ordering::Relaxed);
+        if cancelled == 0 {
+            return;
+        }
+        let mut timers = lock(&self.timers);
+        if should_compact(timers.len(), cancelled) {
+            let removed =
+                timers.retain_and_heapify(|t| !t.bind(py).as_super().get().is_cancelled());
+            self.cancelled_timers.store(0, Ordering::Relaxed);
+            for t in removed {
+                t.get().unschedule();
+                scratch.to_drop.push(t.into_any());
+            }
+        } else {
+            while let Some((_, head)) = timers.peek() {
+                if !head.bind(py).as_super().get().is_cancelled() {
+                    break;
+                }
+                if let Some((_, t)) = timers.pop() {
+                    self.cancelled_timers.fetch_sub(1, Ordering::Relaxed);
+                    t.get().unschedule();
+                    scratch.to_drop.push(t.into_any());
+                }
+            }
+        }
+    }
+
+    // Flushes watcher work to the driver and waits (GIL released only if we may block).
+    fn poll_driver(
+        &self,
+        py: Python<'_>,
+        timeout: &mut Option<f64>,
+        scratch: &mut Scratch,
+    ) -> PyResult<()> {
+        let mut slot = lock(&self.driver);
+        let Some(driver) = slot.as_mut() else {
+            return Ok(());
+        };
+        let work = lock(&self.watchers).take_work();
+        for token in work.cancel {
+            driver.cancel(token).map_err(|e| os_error(&e))?;
+        }
+        for (token, fd, side) in work.arm {
+            let op = Op::Poll {
+                fd,
+                interest: side.interest(),
+            };
+            if driver.submit(token, op).is_err() {
+                lock(&self.watchers).arm_failed(token);
+            }
+        }
+
+        let blocking = *timeout != Some(0.0);
+        if blocking {
+            // Announce the sleep, then look once more: a post that raced us is either seen
+            // here or sees `needs_wake` and wakes the driver.
+            self.needs_wake.store(true, Ordering::SeqCst);
+            if !lock(&self.ready).is_empty() {
+                self.needs_wake.store(false, Ordering::SeqCst);
+                *timeout = Some(0.0);
+            }
+        }
+        let wait = timeout.map(Duration::from_secs_f64);
+        let completions = &mut scratch.completions;
+        let result = if *timeout != Some(0.0) {
+            self.stats.blocking_waits.add(1);
+            let t0 = Instant::now();
+            let r = py.detach(|| driver.wait(wait, completions));
+            self.stats.wait_ns.add(t0.elapsed().as_nanos() as u64);
+            self.needs_wake.store(false, Ordering::SeqCst);
+            r
+        } else {
+            driver.wait(wait, completions)
+        };
+        self.stats.driver.set(driver.counters());
+        drop(slot);
+        result.map_err(|e| os_error(&e))?;
+        if blocking {
+            // A signal (Ctrl-C) interrupts the wait: let its Python handler run now.
+            py.check_signals()?;
+        }
+        Ok(())
+    }
+
+    fn process_completions(&self, py: Python<'_>, scratch: &mut Scratch) {
+        if scratch.completions.is_empty() {
+            return;
+        }
+        let mut queued = 0;
+        {
+            let mut watchers = lock(&self.watchers);
+            let mut ready = lock(&self.ready);
+            for c in scratch.completions.drain(..) {
+                let (run, removed) = watchers.complete(py, c.token, c.result);
+                if let Some(h) = run {
+                    ready.push_back(h);
+                    queued += 1;
+                }
+                if let Some(h) = removed {
+                    scratch.to_drop.push(h.into_any());
+                }
+            }
+        }
+        self.stats.io_events.add(queued);
+    }
+
+    // mirrors _run_once: "Handle 'later' callbacks that are ready."
+    fn fire_timers(&self, py: Python<'_>) {
+        let mut timers = lock(&self.timers);
+        let Some((first, _)) = timers.peek() else {
+            return;
+        };
+        let end_time = self.time() + self.clock_resolution;
+        if first >= end_time {
+            return;
+        }
+        let mut ready = lock(&self.ready);
+        let mut fired = 0;
+        while let Some((when, _)) = timers.peek() {
+            if when >= end_time {
+                break;
+            }
+            let Some((_, t)) = timers.pop() else { break };
+            t.get().unschedule();
+            ready.push_back(t.bind(py).clone().into_super().unbind());
+            fired += 1;
+        }
+        self.stats.timers_fired.add(fired);
+    }
+
+    // mirrors _run_once's last block: run exactly what was ready at this point.
+    fn run_ready(
+        &self,
+        py: Python<'_>,
+        loop_obj: &Bound<'_, PyAny>,
+        scratch: &mut Scratch,
+    ) -> PyResult<()> {
+        std::mem::swap(&mut scratch.batch, &mut *lock(&self.ready));
+        self.count_inject_batch();
+        let debug = self.debug();
+        let mut ran = 0;
+        while let Some(handle) = scratch.batch.pop_front() {
+            let h = handle.get();
+            if h.is_cancelled() {
+                continue;
+            }
+            ran += 1;
+            let t0 = if debug { Some(self.time()) } else { None };
+            let outcome = h.run(py);
+            if let Some(t0) = t0 {
+                let dt = self.time() - t0;
+                if dt >= f64::from_bits(self.slow_callback_bits.load(Ordering::Relaxed)) {
+                    self.stats.slow_callbacks.add(1);
+                    loop_obj.call_method1(intern!(py, "_warn_slow_callback"), (&handle, dt))?;
+                }
+            }
+            if let RunOutcome::Raised(err) = outcome {
+                self.stats.callback_errors.add(1);
+                if let Err(fatal) = self.report_callback_error(py, loop_obj, &handle, err) {
+                    // KeyboardInterrupt / SystemExit: leave the rest of the batch queued in
+                    // front of anything added since, as asyncio's deque would.
+                    let mut ready = lock(&self.ready);
+                    while let Some(rest) = scratch.batch.pop_back() {
+                        ready.push_front(rest);
+                    }
+                    drop(ready);
+                    self.stats.callbacks.add(ran);
+                    return Err(fatal);
+                }
+            }
+        }
+        self.stats.callbacks.add(ran);
+        Ok(())
+    }
+
+    fn count_inject_batch(&self) {
+        let posted = self.stats.threadsafe_calls.load(Ordering::Relaxed);
+        let seen = self.stats.inject_seen.get();
+        if posted != seen {
+            self.stats.inject_seen.add(posted - seen);
+            self.stats.inject_batches.add(1);
+            self.stats.inject_max_batch.max(posted - seen);
+        }
+    }
+
+    // Handle._run's except clauses: SystemExit and KeyboardInterrupt propagate, anything
+    // else goes to the loop's exception handler.
+    fn report_callback_error(
+        &self,
+        py: Python<'_>,
+        loop_obj: &Bound<'_, PyAny>,
+        handle: &Py<Handle>,
+        err: PyErr,
+    ) -> PyResult<()> {
+        if err.is_instance_of::<PyKeyboardInterrupt>(py) || err.is_instance_of::<PySystemExit>(py)
+        {
+            return Err(err);
+        }
+        let exc = err.into_value(py);
+        match loop_obj.call_method1(intern!(py, "_report_callback_error"), (handle, exc)) {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.is_instance_of::<PyKeyboardInterrupt>(py)
+                    || e.is_instance_of::<PySystemExit>(py) =>
+            {
+                Err(e)
+            }
+            Err(e) => {
+                e.write_unraisable(py, Some(loop_obj));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The process-wide answer to "can this process use io_uring?", computed once by creating
+/// (and dropping) a real ring. Loops use it to say which backend they will run on before the
+/// first run creates their own driver.
+pub fn planned_backend(requested: Requested) -> PyResult<BackendInfo> {
+    use std::sync::OnceLock;
+    static URING: OnceLock<Result<(), String>> = OnceLock::new();
+    let uring_ok = || {
+        URING
+            .get_or_init(|| match driver::select(Requested::Uring) {
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            })
+            .clone()
+    };
+    match requested {
+        Requested::Poll => Ok(BackendInfo {
+            name: "poll",
+            reason: None,
+        }),
+        Requested::Uring => match uring_ok() {
+            Ok(()) => Ok(BackendInfo {
+                name: "uring",
+                reason: None,
+            }),
+            Err(reason) => Err(pyo3::exceptions::PyOSError::new_err(format!(
+                "rsloop: io_uring backend requested but unavailable: {reason}"
+            ))),
+        },
+        Requested::Auto => Ok(match uring_ok() {
+            Ok(()) => BackendInfo {
+                name: "uring",
+                reason: None,
+            },
+            Err(reason) => BackendInfo {
+                name: "poll",
+                reason: Some(reason),
+            },
+        }),
+    }
+}
+
+// asyncio clamps the wait to [0, MAXIMUM_SELECT_TIMEOUT]; a NaN deadline (call_at(nan))
+// counts as due, the way `when >= end_time` is false for it when timers fire.
+fn wait_for(secs: f64) -> f64 {
+    if secs.is_nan() {
+        0.0
+    } else {
+        secs.clamp(0.0, MAX_WAIT_SECS)
+    }
+}

@@ -1,0 +1,204 @@
+//! fd watchers (`add_reader` / `add_writer`): which handle runs when an fd is ready.
+//! Owns: the fd → handles table, the token ↔ watcher map, the arm/cancel work waiting for
+//! the next driver flush. Not: the kernel side (`driver/`), running callbacks (`core/run.rs`).
+//!
+//! Watchers are level-triggered like asyncio's selectors: each readiness is a one-shot
+//! `Op::Poll`, re-submitted after its callback was queued. The re-submission reaches the
+//! kernel at the next wait, after the callback ran, so a callback that did not drain the fd
+//! is called again, and one that did is not.
+
+use std::collections::HashMap;
+
+use pyo3::prelude::*;
+
+use crate::driver::{Interest, Token};
+use crate::handles::Handle;
+
+/// Read or write side of an fd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// `add_reader`.
+    Read,
+    /// `add_writer`.
+    Write,
+}
+
+impl Side {
+    /// The readiness this side waits for.
+    pub fn interest(self) -> Interest {
+        match self {
+            Side::Read => Interest::READABLE,
+            Side::Write => Interest::WRITABLE,
+        }
+    }
+}
+
+struct Watch {
+    handle: Py<Handle>,
+    /// The poll in flight for this watcher, if any.
+    armed: Option<Token>,
+    /// Queued for arming at the next flush.
+    pending: bool,
+}
+
+/// Work for the driver, taken at each flush.
+#[derive(Default)]
+pub struct DriverWork {
+    /// (token, fd, side) to submit as `Op::Poll`.
+    pub arm: Vec<(Token, i32, Side)>,
+    /// Tokens to cancel.
+    pub cancel: Vec<Token>,
+}
+
+/// The table of fd watchers.
+#[derive(Default)]
+pub struct Watchers {
+    by_fd: HashMap<i32, [Option<Watch>; 2]>,
+    by_token: HashMap<Token, (i32, Side)>,
+    work: DriverWork,
+    /// fd/side pairs that need an arm at the next flush (tokens assigned then).
+    to_arm: Vec<(i32, Side)>,
+    next_token: Token,
+}
+
+fn slot(side: Side) -> usize {
+    match side {
+        Side::Read => 0,
+        Side::Write => 1,
+    }
+}
+
+impl Watchers {
+    /// Number of watched (fd, side) pairs.
+    pub fn len(&self) -> usize {
+        self.by_fd
+            .values()
+            .map(|s| s.iter().filter(|w| w.is_some()).count())
+            .sum()
+    }
+
+    /// Whether nothing is watched.
+    pub fn is_empty(&self) -> bool {
+        self.by_fd.is_empty()
+    }
+
+    /// Installs `handle` for `fd`/`side`; returns the handle it replaces (which the caller
+    /// cancels, as asyncio does, outside any lock).
+    pub fn add(&mut self, fd: i32, side: Side, handle: Py<Handle>) -> Option<Py<Handle>> {
+        let entry = self.by_fd.entry(fd).or_default();
+        match &mut entry[slot(side)] {
+            Some(w) => Some(std::mem::replace(&mut w.handle, handle)),
+            empty => {
+                *empty = Some(Watch {
+                    handle,
+                    armed: None,
+                    pending: true,
+                });
+                self.to_arm.push((fd, side));
+                None
+            }
+        }
+    }
+
+    /// Removes the watcher; returns its handle (for the caller to cancel) if there was one.
+    pub fn remove(&mut self, fd: i32, side: Side) -> Option<Py<Handle>> {
+        let entry = self.by_fd.get_mut(&fd)?;
+        let watch = entry[slot(side)].take()?;
+        if entry.iter().all(Option::is_none) {
+            self.by_fd.remove(&fd);
+        }
+        if let Some(token) = watch.armed {
+            self.by_token.remove(&token);
+            self.work.cancel.push(token);
+        }
+        Some(watch.handle)
+    }
+
+    /// The handle watching `fd`/`side`, if any.
+    pub fn get(&self, py: Python<'_>, fd: i32, side: Side) -> Option<Py<Handle>> {
+        self.by_fd
+            .get(&fd)
+            .and_then(|e| e[slot(side)].as_ref())
+            .map(|w| w.handle.clone_ref(py))
+    }
+
+    /// Takes the driver work accumulated since the last flush, assigning fresh tokens.
+    pub fn take_work(&mut self) -> DriverWork {
+        for (fd, side) in std::mem::take(&mut self.to_arm) {
+            let Some(w) = self
+                .by_fd
+                .get_mut(&fd)
+                .and_then(|e| e[slot(side)].as_mut())
+            else {
+                continue;
+            };
+            if !w.pending || w.armed.is_some() {
+                continue;
+            }
+            w.pending = false;
+            self.next_token += 1;
+            let token = self.next_token;
+            w.armed = Some(token);
+            self.by_token.insert(token, (fd, side));
+            self.work.arm.push((token, fd, side));
+        }
+        std::mem::take(&mut self.work)
+    }
+
+    /// Marks an arm that the driver refused (the fd is bad): the watcher stays installed,
+    /// silent, as a closed fd stays silently registered in a selector.
+    pub fn arm_failed(&mut self, token: Token) {
+        if let Some((fd, side)) = self.by_token.remove(&token) {
+            if let Some(w) = self
+                .by_fd
+                .get_mut(&fd)
+                .and_then(|e| e[slot(side)].as_mut())
+            {
+                w.armed = None;
+            }
+        }
+    }
+
+    /// Handles a poll completion. Returns the handle to queue when the fd is ready and the
+    /// watcher is live; a cancelled watcher is removed instead (asyncio's `_process_events`).
+    /// The second value is a cancelled handle removed by this call (to drop outside locks).
+    pub fn complete(
+        &mut self,
+        py: Python<'_>,
+        token: Token,
+        result: i32,
+    ) -> (Option<Py<Handle>>, Option<Py<Handle>>) {
+        let Some((fd, side)) = self.by_token.remove(&token) else {
+            return (None, None); // removed or replaced meanwhile
+        };
+        let Some(w) = self
+            .by_fd
+            .get_mut(&fd)
+            .and_then(|e| e[slot(side)].as_mut())
+        else {
+            return (None, None);
+        };
+        w.armed = None;
+        if result < 0 {
+            // EBADF and friends: the fd went away under the watcher; stay silent.
+            return (None, None);
+        }
+        if w.handle.get().is_cancelled() {
+            return (None, self.remove(fd, side));
+        }
+        w.pending = true;
+        self.to_arm.push((fd, side));
+        (Some(w.handle.clone_ref(py)), None)
+    }
+
+    /// Removes everything (loop close); returns the handles to drop outside locks.
+    pub fn clear(&mut self) -> Vec<Py<Handle>> {
+        self.by_token.clear();
+        self.to_arm.clear();
+        self.work = DriverWork::default();
+        self.by_fd
+            .drain()
+            .flat_map(|(_, e)| e.into_iter().flatten().map(|w| w.handle))
+            .collect()
+    }
+}

@@ -1,0 +1,276 @@
+//! Per-fd bookkeeping for the `poll` driver: which one-shot Poll ops wait on each fd and
+//! what interest mio currently has registered for it.
+//! Owns: merging the interests of every pending op on an fd (reader + writer are two tokens,
+//! one registration), the token → fd index, and the list of fds whose registration must be
+//! brought up to date. Not: calling mio (`poll/mod.rs` applies the changes this table asks for).
+
+use std::collections::HashMap;
+
+use crate::driver::op::{Completion, Interest, RawFd, Token};
+
+/// One pending Poll op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PendingOp {
+    token: Token,
+    interest: Interest,
+}
+
+/// What the driver knows about one fd.
+#[derive(Debug, Default)]
+struct FdState {
+    /// The interest mio has for this fd; `None` when it is not registered.
+    registered: Option<Interest>,
+    /// Ops waiting on this fd, in submission order (rarely more than two).
+    ops: Vec<PendingOp>,
+    /// Already listed in `Sources::dirty`.
+    dirty: bool,
+}
+
+impl FdState {
+    fn wanted(&self) -> Interest {
+        self.ops
+            .iter()
+            .fold(Interest::NONE, |acc, op| acc.add(op.interest))
+    }
+}
+
+/// What the driver must do for a newly submitted op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Added {
+    /// The fd is unknown: register it now with this interest (so errors reach `submit`).
+    Register(Interest),
+    /// The fd is known: its registration is refreshed in the next `wait`.
+    Queued,
+}
+
+/// A registration change to apply before polling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Change {
+    /// Register (`Some(None, i)`) or re-register (`Some(old, i)`) with interest `i`; either
+    /// way mio re-reports current readiness, which turns its edge triggering into level
+    /// semantics for one-shot ops.
+    Arm {
+        /// Whether mio has the fd registered (re-register) or not (register).
+        registered: bool,
+        /// The union of the pending ops' interests.
+        interest: Interest,
+    },
+    /// No op is left: deregister and forget the fd.
+    Remove,
+}
+
+/// fd → pending ops, with a token index and a dirty list.
+#[derive(Debug, Default)]
+pub(super) struct Sources {
+    fds: HashMap<RawFd, FdState>,
+    tokens: HashMap<Token, RawFd>,
+    dirty: Vec<RawFd>,
+}
+
+impl Sources {
+    /// Whether any fd is registered with mio or waiting for a change.
+    pub(super) fn is_empty(&self) -> bool {
+        self.fds.is_empty()
+    }
+
+    /// Whether `token` names a pending op.
+    pub(super) fn contains(&self, token: Token) -> bool {
+        self.tokens.contains_key(&token)
+    }
+
+    /// Records an op. The caller must check [`contains`](Self::contains) first.
+    pub(super) fn add(&mut self, token: Token, fd: RawFd, interest: Interest) -> Added {
+        self.tokens.insert(token, fd);
+        let state = self.fds.entry(fd).or_default();
+        state.ops.push(PendingOp { token, interest });
+        if state.registered.is_none() && !state.dirty {
+            return Added::Register(interest);
+        }
+        Self::mark(&mut self.dirty, fd, state);
+        Added::Queued
+    }
+
+    /// Undoes an [`add`](Self::add) whose registration failed: forgets `token` and, if it
+    /// was the fd's only op, the fd.
+    pub(super) fn add_failed(&mut self, token: Token, fd: RawFd) {
+        self.tokens.remove(&token);
+        if let Some(state) = self.fds.get_mut(&fd) {
+            state.ops.retain(|op| op.token != token);
+            if state.ops.is_empty() && state.registered.is_none() && !state.dirty {
+                self.fds.remove(&fd);
+            }
+        }
+    }
+
+    /// Notes that mio now has `fd` registered with `interest`.
+    pub(super) fn set_registered(&mut self, fd: RawFd, interest: Option<Interest>) {
+        if let Some(state) = self.fds.get_mut(&fd) {
+            state.registered = interest;
+        }
+    }
+
+    /// Removes the pending op `token` (for cancel); its fd is refreshed in the next `wait`.
+    pub(super) fn remove(&mut self, token: Token) -> bool {
+        let Some(fd) = self.tokens.remove(&token) else {
+            return false;
+        };
+        if let Some(state) = self.fds.get_mut(&fd) {
+            state.ops.retain(|op| op.token != token);
+            Self::mark(&mut self.dirty, fd, state);
+        }
+        true
+    }
+
+    /// Takes the fds whose registration must change, with the change each needs. `Remove`d
+    /// fds are forgotten here; the caller deregisters them.
+    pub(super) fn take_changes(&mut self, changes: &mut Vec<(RawFd, Change)>) {
+        for fd in self.dirty.drain(..) {
+            let Some(state) = self.fds.get_mut(&fd) else {
+                continue;
+            };
+            state.dirty = false;
+            let wanted = state.wanted();
+            if wanted.is_empty() {
+                if state.registered.is_some() {
+                    changes.push((fd, Change::Remove));
+                }
+                self.fds.remove(&fd);
+            } else {
+                changes.push((
+                    fd,
+                    Change::Arm {
+                        registered: state.registered.is_some(),
+                        interest: wanted,
+                    },
+                ));
+            }
+        }
+    }
+
+    /// Completes every op on `fd` with `-errno` (its registration could not be refreshed)
+    /// and forgets the fd.
+    pub(super) fn fail_fd(&mut self, fd: RawFd, errno: i32, out: &mut Vec<Completion>) {
+        if let Some(state) = self.fds.remove(&fd) {
+            for op in state.ops {
+                self.tokens.remove(&op.token);
+                out.push(Completion {
+                    token: op.token,
+                    result: -errno,
+                });
+            }
+        }
+    }
+
+    /// Completes the ops on `fd` that `ready` satisfies (each once) and queues the fd for a
+    /// refresh, since mio will not report it again on its own (edge triggering).
+    pub(super) fn ready(&mut self, fd: RawFd, ready: Interest, out: &mut Vec<Completion>) {
+        let Some(state) = self.fds.get_mut(&fd) else {
+            return;
+        };
+        let before = out.len();
+        state.ops.retain(|op| {
+            let hit = op.interest.bits() & ready.bits();
+            if hit == 0 {
+                return true;
+            }
+            out.push(Completion {
+                token: op.token,
+                result: i32::from(hit),
+            });
+            false
+        });
+        if out.len() != before {
+            for c in &out[before..] {
+                self.tokens.remove(&c.token);
+            }
+            Self::mark(&mut self.dirty, fd, state);
+        }
+    }
+
+    fn mark(dirty: &mut Vec<RawFd>, fd: RawFd, state: &mut FdState) {
+        if !state.dirty {
+            state.dirty = true;
+            dirty.push(fd);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: Interest = Interest::READABLE;
+    const W: Interest = Interest::WRITABLE;
+
+    #[test]
+    fn merges_reader_and_writer() {
+        let mut s = Sources::default();
+        assert_eq!(s.add(1, 5, R), Added::Register(R));
+        s.set_registered(5, Some(R));
+        assert_eq!(s.add(2, 5, W), Added::Queued);
+        let mut ch = Vec::new();
+        s.take_changes(&mut ch);
+        assert_eq!(
+            ch,
+            vec![(
+                5,
+                Change::Arm {
+                    registered: true,
+                    interest: R.add(W)
+                }
+            )]
+        );
+        s.set_registered(5, Some(R.add(W)));
+
+        let mut out = Vec::new();
+        s.ready(5, W, &mut out);
+        assert_eq!(out, vec![Completion { token: 2, result: 2 }]);
+        assert!(!s.contains(2) && s.contains(1));
+        ch.clear();
+        s.take_changes(&mut ch);
+        assert_eq!(
+            ch,
+            vec![(
+                5,
+                Change::Arm {
+                    registered: true,
+                    interest: R
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn last_op_gone_removes_fd() {
+        let mut s = Sources::default();
+        s.add(1, 7, R);
+        s.set_registered(7, Some(R));
+        assert!(s.remove(1));
+        assert!(!s.remove(1));
+        let mut ch = Vec::new();
+        s.take_changes(&mut ch);
+        assert_eq!(ch, vec![(7, Change::Remove)]);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn failed_registration_forgets_op() {
+        let mut s = Sources::default();
+        assert_eq!(s.add(1, 9, R), Added::Register(R));
+        s.add_failed(1, 9);
+        assert!(s.is_empty() && !s.contains(1));
+    }
+
+    #[test]
+    fn fail_fd_completes_all_ops() {
+        let mut s = Sources::default();
+        s.add(1, 3, R);
+        s.set_registered(3, Some(R));
+        s.add(2, 3, W);
+        let mut out = Vec::new();
+        s.fail_fd(3, 9, &mut out);
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|c| c.result == -9));
+        assert!(s.is_empty());
+    }
+}

@@ -1,0 +1,274 @@
+//! Python-visible callback objects: `Handle` (call_soon, fd watchers) and `TimerHandle`
+//! (call_later/call_at), as in `asyncio.events`.
+//! Owns: what one scheduled callback is, running it under its context, cancellation.
+//! Not: queues and ordering (`core/`), formatting and error reporting (Python, `rsloop/_format.py`).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pyo3::prelude::*;
+use pyo3::pyclass::CompareOp;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyTuple;
+
+use crate::sys::python::call_in_context;
+
+/// Locks a mutex whose data stays consistent even if a holder panicked (ours never runs
+/// code that can panic while locked), so poisoning is ignored.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The callable and its positional arguments; dropped on cancel, as asyncio does.
+struct CallbackData {
+    callback: Py<PyAny>,
+    args: Py<PyTuple>,
+}
+
+/// A callback scheduled with `call_soon`, or an fd watcher's callback.
+#[pyclass(frozen, subclass, weakref, module = "rsloop._rsloop", name = "Handle")]
+pub struct Handle {
+    data: Mutex<Option<CallbackData>>,
+    context: Py<PyAny>,
+    cancelled: AtomicBool,
+    /// `traceback.extract_stack()` at creation, in debug mode only.
+    source_traceback: Option<Py<PyAny>>,
+    /// `repr(self)` kept at cancel time in debug mode, as asyncio keeps `_repr`.
+    repr_cache: Mutex<Option<String>>,
+    debug: bool,
+}
+
+/// How a handle is run and what it tells the caller.
+pub enum RunOutcome {
+    /// Ran (or was cancelled meanwhile and skipped).
+    Done,
+    /// The callback raised; the caller reports or propagates it.
+    Raised(PyErr),
+}
+
+impl Handle {
+    /// A new, uncancelled handle.
+    pub fn new(
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Py<PyAny>,
+        source_traceback: Option<Py<PyAny>>,
+        debug: bool,
+    ) -> Self {
+        Handle {
+            data: Mutex::new(Some(CallbackData { callback, args })),
+            context,
+            cancelled: AtomicBool::new(false),
+            source_traceback,
+            repr_cache: Mutex::new(None),
+            debug,
+        }
+    }
+
+    /// Whether `cancel()` was called.
+    #[inline]
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Runs the callback under its context, like `asyncio.Handle._run` minus the reporting.
+    pub fn run(&self, py: Python<'_>) -> RunOutcome {
+        let (callback, args) = {
+            let data = lock(&self.data);
+            match data.as_ref() {
+                Some(d) => (d.callback.clone_ref(py), d.args.clone_ref(py)),
+                None => return RunOutcome::Done,
+            }
+        };
+        match call_in_context(self.context.bind(py), callback.bind(py), args.bind(py)) {
+            Ok(_) => RunOutcome::Done,
+            Err(e) => RunOutcome::Raised(e),
+        }
+    }
+
+    /// Marks the handle cancelled and releases the callback (outside the lock, since
+    /// dropping it can run arbitrary Python code).
+    pub fn cancel_inner(slf: &Bound<'_, Handle>) -> PyResult<bool> {
+        let this = slf.get();
+        if this.cancelled.swap(true, Ordering::Relaxed) {
+            return Ok(false);
+        }
+        if this.debug {
+            let text = slf.repr()?.to_string();
+            *lock(&this.repr_cache) = Some(text);
+        }
+        let released = lock(&this.data).take();
+        drop(released);
+        Ok(true)
+    }
+}
+
+static FORMAT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// `rsloop._format.handle_repr`, imported once.
+fn python_repr(slf: &Bound<'_, PyAny>) -> PyResult<String> {
+    let py = slf.py();
+    let f = FORMAT.get_or_try_init(py, || {
+        py.import("rsloop._format")?
+            .getattr("handle_repr")
+            .map(Bound::unbind)
+    })?;
+    f.bind(py).call1((slf,))?.extract()
+}
+
+#[pymethods]
+impl Handle {
+    /// Cancels the callback; a no-op if it already ran or was cancelled.
+    fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Handle::cancel_inner(slf).map(|_| ())
+    }
+
+    fn cancelled(&self) -> bool {
+        self.is_cancelled()
+    }
+
+    fn get_context(&self, py: Python<'_>) -> Py<PyAny> {
+        self.context.clone_ref(py)
+    }
+
+    #[getter]
+    fn _callback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        lock(&self.data).as_ref().map(|d| d.callback.clone_ref(py))
+    }
+
+    #[getter]
+    fn _args(&self, py: Python<'_>) -> Option<Py<PyTuple>> {
+        lock(&self.data).as_ref().map(|d| d.args.clone_ref(py))
+    }
+
+    #[getter]
+    fn _cancelled(&self) -> bool {
+        self.is_cancelled()
+    }
+
+    #[getter]
+    fn _context(&self, py: Python<'_>) -> Py<PyAny> {
+        self.context.clone_ref(py)
+    }
+
+    #[getter]
+    fn _source_traceback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.source_traceback.as_ref().map(|t| t.clone_ref(py))
+    }
+
+    #[getter]
+    fn _repr(&self) -> Option<String> {
+        lock(&self.repr_cache).clone()
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        if let Some(text) = lock(&slf.get().repr_cache).clone() {
+            return Ok(text);
+        }
+        python_repr(slf.as_any())
+    }
+}
+
+/// A callback scheduled for a deadline (`call_later`, `call_at`).
+#[pyclass(frozen, extends = Handle, module = "rsloop._rsloop", name = "TimerHandle")]
+pub struct TimerHandle {
+    when: f64,
+    /// True while the entry sits in the loop's timer heap.
+    scheduled: AtomicBool,
+    /// The loop's count of cancelled entries still in the heap (asyncio's
+    /// `_timer_cancelled_count`), shared so `cancel()` needs no loop reference.
+    cancelled_in_heap: Arc<AtomicUsize>,
+}
+
+impl TimerHandle {
+    /// A timer part for a handle that is about to be pushed onto the heap.
+    pub fn new(when: f64, cancelled_in_heap: Arc<AtomicUsize>) -> Self {
+        TimerHandle {
+            when,
+            scheduled: AtomicBool::new(true),
+            cancelled_in_heap,
+        }
+    }
+
+    /// The deadline.
+    pub fn deadline(&self) -> f64 {
+        self.when
+    }
+
+    /// Called by the loop when the entry leaves the heap.
+    pub fn unschedule(&self) {
+        self.scheduled.store(false, Ordering::Relaxed);
+    }
+}
+
+#[pymethods]
+impl TimerHandle {
+    fn when(&self) -> f64 {
+        self.when
+    }
+
+    #[getter]
+    fn _when(&self) -> f64 {
+        self.when
+    }
+
+    #[getter]
+    fn _scheduled(&self) -> bool {
+        self.scheduled.load(Ordering::Relaxed)
+    }
+
+    fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let this = slf.get();
+        if Handle::cancel_inner(slf.as_super())? && this.scheduled.load(Ordering::Relaxed) {
+            this.cancelled_in_heap.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn __hash__(&self) -> u64 {
+        // hash(float) for the deadline, like asyncio.TimerHandle.__hash__.
+        let w = self.when;
+        if w.fract() == 0.0 && w.abs() < 9.0e15 {
+            (w as i64) as u64
+        } else {
+            w.to_bits()
+        }
+    }
+
+    fn __richcmp__(
+        slf: &Bound<'_, Self>,
+        other: &Bound<'_, PyAny>,
+        op: CompareOp,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let Ok(other) = other.cast::<TimerHandle>() else {
+            return Ok(py.NotImplemented());
+        };
+        let (a, b) = (slf.get(), other.get());
+        let (ha, hb) = (slf.as_super().get(), other.as_super().get());
+        let same = || -> PyResult<bool> {
+            if a.when != b.when || ha.is_cancelled() != hb.is_cancelled() {
+                return Ok(false);
+            }
+            // Clone out of the locks first: comparing arguments runs Python code.
+            let (x, y) = (ha._callback(py), hb._callback(py));
+            let (xa, ya) = (ha._args(py), hb._args(py));
+            match (x, y, xa, ya) {
+                (Some(x), Some(y), Some(xa), Some(ya)) => {
+                    Ok(x.is(&y) && xa.bind(py).eq(ya.bind(py))?)
+                }
+                (None, None, _, _) => Ok(true),
+                _ => Ok(false),
+            }
+        };
+        let result = match op {
+            CompareOp::Lt => a.when < b.when,
+            CompareOp::Le => a.when < b.when || same()?,
+            CompareOp::Gt => a.when > b.when,
+            CompareOp::Ge => a.when > b.when || same()?,
+            CompareOp::Eq => same()?,
+            CompareOp::Ne => !same()?,
+        };
+        Ok(result.into_pyobject(py)?.to_owned().into_any().unbind())
+    }
+}

@@ -1,0 +1,408 @@
+//! `rsloop._rsloop.Loop`: the native base of `rsloop.Loop`.
+//! Methods are grouped under the same banners as `asyncio.AbstractEventLoop`; each one
+//! checks its arguments, converts them, and delegates to `core/`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::convert::{fileobj_to_fd, seconds};
+use crate::core::run::planned_backend;
+use crate::core::watchers::Side;
+use crate::core::LoopCore;
+use crate::driver::Requested;
+use crate::handles::{lock, Handle, TimerHandle};
+use crate::sys::python::{copy_context, thread_ident};
+
+/// The native event loop. Python code uses it through `rsloop.Loop`.
+#[pyclass(subclass, frozen, module = "rsloop._rsloop", name = "Loop")]
+pub struct Loop {
+    core: Arc<LoopCore>,
+}
+
+static FORMAT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// `rsloop._format`: the Python helpers used on slow paths (debug checks, formatting).
+fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    FORMAT
+        .get_or_try_init(py, || py.import("rsloop._format").map(Bound::unbind))
+        .map(|m| m.bind(py))
+}
+
+impl Loop {
+    fn check_closed(&self) -> PyResult<()> {
+        if self.core.closed.load(Ordering::Relaxed) {
+            return Err(PyRuntimeError::new_err("Event loop is closed"));
+        }
+        Ok(())
+    }
+
+    // BaseEventLoop._check_thread (debug mode only).
+    fn check_thread(&self) -> PyResult<()> {
+        let owner = self.core.thread_id.load(Ordering::Relaxed);
+        if owner != 0 && owner != thread_ident() {
+            return Err(PyRuntimeError::new_err(
+                "Non-thread-safe operation invoked on an event loop other than the current one",
+            ));
+        }
+        Ok(())
+    }
+
+    fn new_handle(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+        debug: bool,
+    ) -> PyResult<Handle> {
+        let context = match context {
+            Some(c) if !c.is_none(py) => c,
+            _ => copy_context(py)?,
+        };
+        let tb = if debug {
+            Some(format_module(py)?.call_method0(intern!(py, "extract_stack"))?.unbind())
+        } else {
+            None
+        };
+        Ok(Handle::new(callback, args, context, tb, debug))
+    }
+
+    // The debug-mode checks asyncio makes before scheduling.
+    fn debug_checks(&self, py: Python<'_>, callback: &Py<PyAny>, method: &str) -> PyResult<()> {
+        self.check_thread()?;
+        format_module(py)?.call_method1(intern!(py, "check_callback"), (callback, method))?;
+        Ok(())
+    }
+
+    fn schedule_at(
+        &self,
+        py: Python<'_>,
+        when: f64,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+        method: &str,
+    ) -> PyResult<Py<TimerHandle>> {
+        self.check_closed()?;
+        let debug = self.core.debug();
+        if debug {
+            self.debug_checks(py, &callback, method)?;
+        }
+        let base = self.new_handle(py, callback, args, context, debug)?;
+        let timer = TimerHandle::new(when, Arc::clone(&self.core.cancelled_timers));
+        let timer = Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?;
+        self.core.push_timer(when, timer.clone_ref(py));
+        Ok(timer)
+    }
+
+    fn add_watcher(
+        &self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        side: Side,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+    ) -> PyResult<()> {
+        let fd = fileobj_to_fd(fd)?;
+        self.check_closed()?;
+        let debug = self.core.debug();
+        let handle = Py::new(py, self.new_handle(py, callback, args, None, debug)?)?;
+        let already = lock(&self.core.watchers).get(py, fd, side).is_some();
+        if !already {
+            crate::sys::fd_check_pollable(fd).map_err(|e| crate::errors::os_error(&e))?;
+        }
+        let replaced = lock(&self.core.watchers).add(fd, side, handle);
+        if let Some(old) = replaced {
+            Handle::cancel_inner(old.bind(py))?;
+        }
+        Ok(())
+    }
+
+    fn remove_watcher(&self, py: Python<'_>, fd: &Bound<'_, PyAny>, side: Side) -> PyResult<bool> {
+        let fd = fileobj_to_fd(fd)?;
+        if self.core.closed.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let removed = lock(&self.core.watchers).remove(fd, side);
+        match removed {
+            Some(h) => {
+                Handle::cancel_inner(h.bind(py))?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+#[pymethods]
+impl Loop {
+    #[new]
+    #[pyo3(signature = (*_args, backend = None, **_kwargs))]
+    fn new(
+        _args: &Bound<'_, PyTuple>,
+        backend: Option<&str>,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let requested = match backend.unwrap_or("auto") {
+            "auto" => Requested::Auto,
+            "uring" => Requested::Uring,
+            "poll" => Requested::Poll,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown rsloop backend {other:?}: expected 'auto', 'uring' or 'poll'"
+                )))
+            }
+        };
+        let info = planned_backend(requested)?;
+        Ok(Loop {
+            core: Arc::new(LoopCore::new(requested, info)),
+        })
+    }
+
+    // ----- Running and stopping the event loop -----
+
+    /// Runs iterations until `stop()`; the Python `run_forever` wraps it.
+    fn _run_forever_native(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let core = Arc::clone(&slf.get().core);
+        core.thread_id.store(thread_ident(), Ordering::Relaxed);
+        let result = core.run_forever(py, slf.as_any());
+        core.thread_id.store(0, Ordering::Relaxed);
+        result
+    }
+
+    fn stop(&self) {
+        self.core.stopping.store(true, Ordering::Relaxed);
+    }
+
+    fn is_running(&self) -> bool {
+        self.core.thread_id.load(Ordering::Relaxed) != 0
+    }
+
+    fn is_closed(&self) -> bool {
+        self.core.closed.load(Ordering::Relaxed)
+    }
+
+    /// Marks the loop closed and releases queues, timers, watchers and the driver.
+    fn _close_native(&self, py: Python<'_>) {
+        self.core.closed.store(true, Ordering::Relaxed);
+        let dropped = self.core.clear();
+        drop(dropped);
+        let _ = py;
+    }
+
+    #[getter]
+    fn _stopping(&self) -> bool {
+        self.core.stopping.load(Ordering::Relaxed)
+    }
+
+    #[getter]
+    fn _thread_id(&self) -> Option<u64> {
+        match self.core.thread_id.load(Ordering::Relaxed) {
+            0 => None,
+            id => Some(id),
+        }
+    }
+
+    // ----- Methods scheduling callbacks -----
+
+    #[pyo3(signature = (callback, *args, context = None))]
+    fn call_soon(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<Py<Handle>> {
+        self.check_closed()?;
+        let debug = self.core.debug();
+        if debug {
+            self.debug_checks(py, &callback, "call_soon")?;
+        }
+        let handle = Py::new(py, self.new_handle(py, callback, args, context, debug)?)?;
+        self.core.push_ready(handle.clone_ref(py));
+        Ok(handle)
+    }
+
+    #[pyo3(signature = (callback, *args, context = None))]
+    fn call_soon_threadsafe(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<Py<Handle>> {
+        self.check_closed()?;
+        let debug = self.core.debug();
+        if debug {
+            format_module(py)?.call_method1(
+                intern!(py, "check_callback"),
+                (&callback, "call_soon_threadsafe"),
+            )?;
+        }
+        let handle = Py::new(py, self.new_handle(py, callback, args, context, debug)?)?;
+        let owner = self.core.thread_id.load(Ordering::Relaxed);
+        if owner != 0 && owner == thread_ident() {
+            self.core.push_ready(handle.clone_ref(py));
+        } else {
+            self.core.push_ready_threadsafe(handle.clone_ref(py));
+        }
+        Ok(handle)
+    }
+
+    #[pyo3(signature = (delay, callback, *args, context = None))]
+    fn call_later(
+        &self,
+        py: Python<'_>,
+        delay: &Bound<'_, PyAny>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<Py<TimerHandle>> {
+        if delay.is_none() {
+            return Err(PyTypeError::new_err("delay must not be None"));
+        }
+        let delay = seconds(delay, "delay").map_err(|_| {
+            let tname = delay
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default();
+            PyTypeError::new_err(format!(
+                "unsupported operand type(s) for +: 'float' and '{tname}'"
+            ))
+        })?;
+        let when = self.core.time() + delay;
+        self.schedule_at(py, when, callback, args, context, "call_at")
+    }
+
+    #[pyo3(signature = (when, callback, *args, context = None))]
+    fn call_at(
+        &self,
+        py: Python<'_>,
+        when: &Bound<'_, PyAny>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<Py<TimerHandle>> {
+        if when.is_none() {
+            return Err(PyTypeError::new_err("when cannot be None"));
+        }
+        let when = seconds(when, "when")?;
+        self.schedule_at(py, when, callback, args, context, "call_at")
+    }
+
+    fn time(&self) -> f64 {
+        self.core.time()
+    }
+
+    // ----- Ready-based callback registration methods -----
+
+    #[pyo3(signature = (fd, callback, *args))]
+    fn add_reader(
+        &self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+    ) -> PyResult<()> {
+        self.add_watcher(py, fd, Side::Read, callback, args)
+    }
+
+    fn remove_reader(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.remove_watcher(py, fd, Side::Read)
+    }
+
+    #[pyo3(signature = (fd, callback, *args))]
+    fn add_writer(
+        &self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+    ) -> PyResult<()> {
+        self.add_watcher(py, fd, Side::Write, callback, args)
+    }
+
+    fn remove_writer(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.remove_watcher(py, fd, Side::Write)
+    }
+
+    // ----- Debug flag management -----
+
+    fn get_debug(&self) -> bool {
+        self.core.debug()
+    }
+
+    /// Sets the native flag; `rsloop.Loop.set_debug` adds coroutine origin tracking.
+    fn _set_debug_native(&self, enabled: bool) {
+        self.core.debug.store(enabled, Ordering::Relaxed);
+    }
+
+    #[getter]
+    fn get_slow_callback_duration(&self) -> f64 {
+        f64::from_bits(self.core.slow_callback_bits.load(Ordering::Relaxed))
+    }
+
+    #[setter]
+    fn set_slow_callback_duration(&self, value: f64) {
+        self.core
+            .slow_callback_bits
+            .store(value.to_bits(), Ordering::Relaxed);
+    }
+
+    // ----- rsloop extras -----
+
+    /// `(backend name, reason or None)`: which driver this loop uses and, if it is not the
+    /// preferred one, why.
+    fn _backend_info(&self) -> (String, Option<String>) {
+        let info = lock(&self.core.backend);
+        (info.name.to_string(), info.reason.clone())
+    }
+
+    /// Counters since the loop was created (cheap; safe from any thread).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.core.stats;
+        let d = PyDict::new(py);
+        d.set_item("backend", lock(&self.core.backend).name)?;
+        d.set_item("iterations", s.iterations.get())?;
+        d.set_item("callbacks", s.callbacks.get())?;
+        d.set_item("callback_errors", s.callback_errors.get())?;
+        d.set_item("timers_fired", s.timers_fired.get())?;
+        d.set_item("io_events", s.io_events.get())?;
+        d.set_item("blocking_waits", s.blocking_waits.get())?;
+        d.set_item("wait_seconds", s.wait_ns.get() as f64 * 1e-9)?;
+        let run = s.run_ns.get();
+        d.set_item(
+            "run_seconds",
+            run.saturating_sub(s.wait_ns.get()) as f64 * 1e-9,
+        )?;
+        d.set_item("slow_callbacks", s.slow_callbacks.get())?;
+        d.set_item(
+            "threadsafe_calls",
+            s.threadsafe_calls.load(Ordering::Relaxed),
+        )?;
+        d.set_item("inject_batches", s.inject_batches.get())?;
+        d.set_item("inject_max_batch", s.inject_max_batch.get())?;
+        d.set_item("wakeups", s.wakeups.load(Ordering::Relaxed))?;
+        d.set_item(
+            "submissions",
+            s.driver.submissions.load(Ordering::Relaxed),
+        )?;
+        d.set_item("kernel_enters", s.driver.enters.load(Ordering::Relaxed))?;
+        d.set_item(
+            "completions",
+            s.driver.completions.load(Ordering::Relaxed),
+        )?;
+        d.set_item("ready", lock(&self.core.ready).len())?;
+        d.set_item("timers", lock(&self.core.timers).len())?;
+        d.set_item("fd_watchers", lock(&self.core.watchers).len())?;
+        Ok(d)
+    }
+}

@@ -1,0 +1,14 @@
+//! The PyO3 face of the loop: thin, validating, delegating.
+
+pub mod convert;
+pub mod loop_;
+
+use pyo3::prelude::*;
+
+/// Adds the Python-visible classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<loop_::Loop>()?;
+    m.add_class::<crate::handles::Handle>()?;
+    m.add_class::<crate::handles::TimerHandle>()?;
+    Ok(())
+}

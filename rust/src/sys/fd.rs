@@ -1,0 +1,74 @@
+//! File-descriptor checks and flags.
+//! Owns: `fcntl`/`fstat` calls on fds the caller names. Not: owning those fds.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use super::syscall;
+
+/// Whether `fd` can be watched for readiness: `EBADF` if it is not an open descriptor,
+/// `EPERM` if it is a regular file or a directory (what `epoll_ctl` answers; io_uring would
+/// report such a file always ready instead, so the loop checks first and both backends agree).
+pub fn fd_check_pollable(fd: RawFd) -> io::Result<()> {
+    if fd < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: F_GETFD takes no pointer argument; any int is a valid fd argument (an unknown
+    // one yields EBADF).
+    syscall!(fcntl(fd, libc::F_GETFD))?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a writable `struct stat` that fstat fills on success; we read it only
+    // after a successful return.
+    syscall!(fstat(fd, st.as_mut_ptr()))?;
+    // SAFETY: fstat returned 0, so it initialised `st`.
+    let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
+    if mode == libc::S_IFREG || mode == libc::S_IFDIR {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    Ok(())
+}
+
+/// Sets or clears `O_NONBLOCK` on `fd`.
+pub fn set_nonblocking(fd: RawFd, nonblocking: bool) -> io::Result<()> {
+    // SAFETY: F_GETFL takes no pointer argument.
+    let flags = syscall!(fcntl(fd, libc::F_GETFL))?;
+    let new = if nonblocking {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    if new != flags {
+        // SAFETY: F_SETFL takes an int flag argument.
+        syscall!(fcntl(fd, libc::F_SETFL, new))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn pollable_checks() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(fd_check_pollable(a.as_raw_fd()).is_ok());
+        let file = std::fs::File::open("/proc/self/status")
+            .or_else(|_| std::fs::File::open(file!()))
+            .unwrap();
+        // /proc files are regular files too.
+        let err = fd_check_pollable(file.as_raw_fd()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+        let dir = std::fs::File::open(".").unwrap();
+        let err = fd_check_pollable(dir.as_raw_fd()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+        let raw = a.as_raw_fd();
+        drop(a);
+        let err = fd_check_pollable(raw).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF));
+        assert_eq!(
+            fd_check_pollable(-1).unwrap_err().raw_os_error(),
+            Some(libc::EBADF)
+        );
+    }
+}

@@ -1,0 +1,66 @@
+//! The few CPython C-API calls PyO3 has no safe wrapper for: entering a `contextvars.Context`
+//! around a call, copying the current context, the interpreter's thread ident.
+//! Owns: those calls and their invariants. Not: deciding when callbacks run (`core/`).
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+#[cfg(Py_GIL_DISABLED)]
+compile_error!("rsloop does not support free-threaded CPython builds yet");
+
+/// `contextvars.copy_context()`.
+pub fn copy_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    // SAFETY: the GIL is held (we have `py`); PyContext_CopyCurrent returns a new reference
+    // or NULL with an exception set, which `from_owned_ptr_or_err` turns into a PyErr.
+    unsafe {
+        let ptr = ffi::PyContext_CopyCurrent();
+        Bound::from_owned_ptr_or_err(py, ptr).map(Bound::unbind)
+    }
+}
+
+/// Whether `obj` is a `contextvars.Context`.
+pub fn is_context(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `obj` is a live object borrowed for the call; the check only reads its type.
+    unsafe { ffi::PyContext_CheckExact(obj.as_ptr()) != 0 }
+}
+
+/// `context.run(callback, *args)` without the method lookup and argument repacking.
+pub fn call_in_context<'py>(
+    context: &Bound<'py, PyAny>,
+    callback: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = context.py();
+    if !is_context(context) {
+        return Err(PyTypeError::new_err(format!(
+            "an instance of Context was expected, got {}",
+            context.get_type().name()?
+        )));
+    }
+    // SAFETY: `context` is a live Context (checked above) and the GIL is held.
+    // PyContext_Enter fails (-1, exception set) if the context is already entered, exactly as
+    // `Context.run` does; on success we always exit it below, whatever the call returned.
+    if unsafe { ffi::PyContext_Enter(context.as_ptr()) } != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    let result = if args.is_empty() {
+        callback.call0()
+    } else {
+        callback.call1(args)
+    };
+    // SAFETY: we entered this context just above on this thread, so exiting cannot fail
+    // with "not entered"; the GIL is still held.
+    let exited = unsafe { ffi::PyContext_Exit(context.as_ptr()) };
+    if exited != 0 {
+        return Err(PyErr::fetch(py));
+    }
+    result
+}
+
+/// `threading.get_ident()` of the calling thread.
+pub fn thread_ident() -> u64 {
+    // SAFETY: PyThread_get_thread_ident has no preconditions; it reads the OS thread id.
+    unsafe { ffi::PyThread_get_thread_ident() as u64 }
+}
