@@ -196,7 +196,7 @@ impl PollDriver {
                         };
                         // Closing an fd removes it from epoll; a new file under the same
                         // number needs a fresh registration.
-                        if registered && res.as_ref().is_err_and(|e| is_enoent(e)) {
+                        if registered && res.as_ref().is_err_and(is_enoent) {
                             self.counters.submissions += 1;
                             res = registry.register(&mut source, token, mio_int);
                         }

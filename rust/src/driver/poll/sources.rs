@@ -224,7 +224,13 @@ mod tests {
 
         let mut out = Vec::new();
         s.ready(5, W, &mut out);
-        assert_eq!(out, vec![Completion { token: 2, result: 2 }]);
+        assert_eq!(
+            out,
+            vec![Completion {
+                token: 2,
+                result: 2
+            }]
+        );
         assert!(!s.contains(2) && s.contains(1));
         ch.clear();
         s.take_changes(&mut ch);

@@ -115,7 +115,10 @@ mod tests {
     fn insert_complete_reuse() {
         let mut t = Inflight::default();
         let a = t.insert(10, Interest::READABLE).unwrap();
-        assert!(t.insert(10, Interest::READABLE).is_none(), "duplicate token");
+        assert!(
+            t.insert(10, Interest::READABLE).is_none(),
+            "duplicate token"
+        );
         assert_eq!(t.cancel_target(10), Some(a));
         assert_eq!(t.cancel_target(10), None, "cancel sent once");
         assert_eq!(t.complete(a).map(|e| e.token), Some(10));

@@ -1,1 +1,416 @@
-//! placeholder
+//! The io_uring driver (Linux).
+//! Owns: the ring, pushing SQEs and reaping CQEs, the eventfd waker kept armed in the ring,
+//! wait timeouts, fork safety. Not: SQE shapes (`ops.rs`), ring setup and probe (`probe.rs`),
+//! the in-flight table (`inflight.rs`).
+//!
+//! Behaviour the contract leaves to each backend: a closed or invalid fd is accepted by
+//! `submit` and completes with `-EBADF` in the next `wait` (the kernel checks the fd when it
+//! reads the SQE). A regular file polls as always ready; the loop rejects those up front with
+//! `sys::fd_check_pollable`. An op whose submitting thread exits is cancelled by the kernel
+//! (`-ECANCELED`), like every io_uring request of an exiting task.
+
+mod inflight;
+mod ops;
+mod probe;
+
+use std::io;
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Duration;
+
+use io_uring::{squeue, types, IoUring};
+
+use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
+use crate::sys;
+use inflight::Inflight;
+
+/// user_data of the waker's eventfd READ (or POLL_ADD) op.
+const TOKEN_WAKER: u64 = u64::MAX;
+/// user_data of every ASYNC_CANCEL SQE; their CQEs are dropped.
+const TOKEN_CANCEL: u64 = u64::MAX - 1;
+/// user_data of the TIMEOUT SQE that bounds a wait on kernels without `EXT_ARG`.
+const TOKEN_TIMEOUT: u64 = u64::MAX - 2;
+
+/// asyncio never waits longer than a day (`MAXIMUM_SELECT_TIMEOUT`); neither do we, which
+/// also keeps the timespec in range.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Bounded rounds of waiting for the waker read's final CQE on drop.
+const RETIRE_ROUNDS: u32 = 5;
+
+/// Test knobs: run the paths older kernels take on a new kernel.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UringOptions {
+    /// Bound waits with a TIMEOUT SQE as if `IORING_FEAT_EXT_ARG` (5.11) were missing.
+    pub no_ext_arg: bool,
+    /// Wake through POLL_ADD + read(2) as if eventfd reads could not wait in the ring.
+    pub poll_waker: bool,
+}
+
+/// A thread-safe handle that interrupts [`UringDriver::wait`] by writing its eventfd.
+#[derive(Clone)]
+pub struct UringWaker {
+    fd: Arc<OwnedFd>,
+}
+
+impl UringWaker {
+    /// Wakes the driver; safe from any thread, any number of times.
+    pub fn wake(&self) -> io::Result<()> {
+        sys::eventfd::eventfd_signal(&self.fd)
+    }
+}
+
+/// How the waker op watches the eventfd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WakeMode {
+    /// READ into the 8-byte buffer: one CQE per wake, no extra syscall (Linux 5.12+).
+    Read,
+    /// POLL_ADD, then drain with read(2): for kernels whose eventfd reads cannot wait.
+    Poll,
+}
+
+/// The 8-byte buffer the waker's READ op fills. Heap-allocated once, so its address is
+/// stable; freed only when no READ into it can be in flight (see `Drop`).
+struct WakeBuf(NonNull<u64>);
+
+// SAFETY: the buffer is plain memory owned by one driver; the kernel writes it only while a
+// READ op is in flight, and the driver reads it only after that op's CQE, from `&mut self`.
+unsafe impl Send for WakeBuf {}
+// SAFETY: as above; `&UringDriver` methods never touch the buffer.
+unsafe impl Sync for WakeBuf {}
+
+/// Completion driver over one io_uring.
+pub struct UringDriver {
+    /// Dropped by hand in `Drop`, before `wake_buf` is freed.
+    ring: ManuallyDrop<IoUring>,
+    wake_fd: Arc<OwnedFd>,
+    wake_buf: WakeBuf,
+    wake_mode: WakeMode,
+    /// The waker op is in the ring (queued or in flight).
+    wake_armed: bool,
+    inflight: Inflight,
+    ext_arg: bool,
+    /// Read by the kernel when a TIMEOUT SQE is submitted (no `EXT_ARG`); boxed so its
+    /// address stays put even if the driver moves while that SQE is still queued.
+    timeout_ts: Box<types::Timespec>,
+    counters: DriverCounters,
+    pid: u32,
+}
+
+impl UringDriver {
+    /// Creates a small ring (retrying smaller on ENOMEM), probes the opcodes it needs and
+    /// arms the waker. Errors read like `io_uring_setup: EPERM (Operation not permitted)`.
+    pub fn new() -> io::Result<Self> {
+        Self::with_options(UringOptions::default())
+    }
+
+    /// [`new`](Self::new) with test knobs.
+    #[doc(hidden)]
+    pub fn with_options(options: UringOptions) -> io::Result<Self> {
+        let (ring, features) = probe::setup(&probe::RING_SIZES)?;
+        let wake_fd = Arc::new(sys::eventfd::eventfd_new()?);
+        let wake_mode = if features.read && !options.poll_waker {
+            WakeMode::Read
+        } else {
+            WakeMode::Poll
+        };
+        Ok(UringDriver {
+            ring: ManuallyDrop::new(ring),
+            wake_fd,
+            wake_buf: WakeBuf(NonNull::from(Box::leak(Box::new(0u64)))),
+            wake_mode,
+            wake_armed: false,
+            inflight: Inflight::default(),
+            ext_arg: features.ext_arg && !options.no_ext_arg,
+            timeout_ts: Box::default(),
+            counters: DriverCounters::default(),
+            pid: std::process::id(),
+        })
+    }
+
+    /// Queues `op` under `token` in the SQ ring; the kernel sees it at the next `wait`
+    /// (or now, if the SQ is full and must be flushed to make room).
+    pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
+        let Op::Poll { fd, interest } = op;
+        check_op(token, interest)?;
+        let Some(user_data) = self.inflight.insert(token, interest) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "driver: token already has an operation in flight",
+            ));
+        };
+        if let Err(e) = self.push(&ops::poll_add(fd, interest).user_data(user_data)) {
+            self.inflight.complete(user_data);
+            return Err(e);
+        }
+        self.counters.submissions += 1;
+        Ok(())
+    }
+
+    /// Queues an ASYNC_CANCEL for `token`'s op; that op's final completion (`-ECANCELED`, or
+    /// its result if it finished first) still comes. Unknown tokens are ignored.
+    pub fn cancel(&mut self, token: Token) -> io::Result<()> {
+        let Some(target) = self.inflight.cancel_target(token) else {
+            return Ok(());
+        };
+        if let Err(e) = self.push(&ops::cancel(target).user_data(TOKEN_CANCEL)) {
+            self.inflight.cancel_unsent(target);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Submits queued SQEs and waits up to `timeout` for at least one CQE, in one
+    /// `io_uring_enter`; then reaps every CQE into `out`. `Some(ZERO)` with nothing queued
+    /// makes no syscall at all.
+    pub fn wait(&mut self, timeout: Option<Duration>, out: &mut Vec<Completion>) -> io::Result<()> {
+        let start = out.len();
+        let mut timeout = timeout.map(|t| t.min(MAX_WAIT));
+        if !self.ring.completion().is_empty() {
+            timeout = Some(Duration::ZERO);
+        }
+        let (queued, flush) = {
+            let sq = self.ring.submission();
+            (!sq.is_empty(), sq.cq_overflow() || sq.taskrun())
+        };
+        let blocking = timeout != Some(Duration::ZERO);
+        if blocking || queued || flush {
+            // The waker is needed only by a wait that can block; arming it costs nothing
+            // when we enter anyway.
+            if !self.wake_armed {
+                self.arm_waker()?;
+            }
+            self.enter(timeout)?;
+        }
+        self.reap(out);
+        self.counters.completions += (out.len() - start) as u64;
+        Ok(())
+    }
+
+    /// A waker for other threads.
+    pub fn waker(&self) -> UringWaker {
+        UringWaker {
+            fd: Arc::clone(&self.wake_fd),
+        }
+    }
+
+    /// Counters since creation: `submissions` counts SQEs of user ops, `enters` every
+    /// `io_uring_enter`, `completions` what `wait` delivered.
+    pub fn counters(&self) -> DriverCounters {
+        self.counters
+    }
+
+    /// Whether this driver was created by another process (we are a forked child).
+    pub fn is_inherited(&self) -> bool {
+        self.pid != std::process::id()
+    }
+
+    /// Forgets a driver inherited across `fork()` without touching the parent's ring: no SQE
+    /// is pushed and no CQE reaped (the ring memory is shared with the parent). Only the
+    /// child's own mappings and fd copies go; the waker buffer (the child's copy, which the
+    /// kernel never writes: requests run in the parent's context) is leaked.
+    pub fn abandon(self) {
+        // `Drop` sees `is_inherited()` and does exactly this.
+        drop(self);
+    }
+
+    /// Number of user ops in flight (submitted, final CQE not yet reaped).
+    #[doc(hidden)]
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    fn arm_waker(&mut self) -> io::Result<()> {
+        let fd = self.wake_fd.as_raw_fd();
+        let entry = match self.wake_mode {
+            WakeMode::Read => ops::read_u64(fd, self.wake_buf.0.as_ptr()),
+            WakeMode::Poll => ops::poll_add(fd, Interest::READABLE),
+        };
+        self.push(&entry.user_data(TOKEN_WAKER))?;
+        self.wake_armed = true;
+        Ok(())
+    }
+
+    /// Pushes one SQE; a full SQ is first handed to the kernel (one enter) to make room.
+    fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
+        for _ in 0..2 {
+            // SAFETY: every SQE this driver builds points only at memory that outlives the
+            // op: POLL_ADD and ASYNC_CANCEL carry no pointer; the waker READ targets
+            // `wake_buf`, freed only after that READ's final CQE or never (see `Drop`); a
+            // TIMEOUT points at `timeout_ts`, boxed in `self` and read by the kernel when the
+            // SQE is submitted, which happens before `self` is dropped (Drop never submits
+            // with a stale TIMEOUT: a queued one is submitted by the enter Drop makes or
+            // discarded with the ring).
+            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+                return Ok(());
+            }
+            self.counters.enters += 1;
+            match self.ring.submit() {
+                Ok(_) => {}
+                Err(e) if tolerated(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "io_uring: submission queue full",
+        ))
+    }
+
+    /// One `io_uring_enter`: submit what is queued and wait for a CQE up to `timeout`.
+    fn enter(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let res = match timeout {
+            Some(Duration::ZERO) => {
+                self.counters.enters += 1;
+                self.ring.submit()
+            }
+            None => {
+                self.counters.enters += 1;
+                self.ring.submit_and_wait(1)
+            }
+            Some(t) if self.ext_arg => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.counters.enters += 1;
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+            Some(t) => {
+                *self.timeout_ts = types::Timespec::from(t);
+                let ts: *const types::Timespec = &*self.timeout_ts;
+                self.push(&ops::timeout(ts).user_data(TOKEN_TIMEOUT))?;
+                self.counters.enters += 1;
+                self.ring.submit_and_wait(1)
+            }
+        };
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) if tolerated(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Moves every CQE out of the CQ ring; internal ones are handled here, never delivered.
+    fn reap(&mut self, out: &mut Vec<Completion>) {
+        let mut woken = false;
+        for cqe in self.ring.completion() {
+            match cqe.user_data() {
+                TOKEN_WAKER => {
+                    self.wake_armed = false;
+                    let res = cqe.result();
+                    if self.wake_mode == WakeMode::Read && res < 0 && res != -libc::ECANCELED {
+                        // Old kernels answer a non-blocking eventfd READ with -EAGAIN at
+                        // once; re-arming it would spin. Poll instead, for good.
+                        self.wake_mode = WakeMode::Poll;
+                    }
+                    woken = self.wake_mode == WakeMode::Poll && res >= 0;
+                }
+                TOKEN_CANCEL | TOKEN_TIMEOUT => {}
+                user_data => {
+                    if let Some(entry) = self.inflight.complete(user_data) {
+                        let res = cqe.result();
+                        out.push(Completion {
+                            token: entry.token,
+                            result: if res >= 0 {
+                                ops::poll_result(res, entry.interest)
+                            } else {
+                                res
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        if woken {
+            // A polled eventfd stays readable until drained; the next POLL_ADD would
+            // complete at once otherwise. A failed drain only costs a spurious wake.
+            let _ = sys::eventfd::eventfd_drain(&self.wake_fd);
+        }
+    }
+
+    /// Cancels the waker READ and reaps until its final CQE, so `wake_buf` can be freed.
+    /// Returns whether no READ into the buffer can still be in flight.
+    fn retire_waker(&mut self) -> bool {
+        if !self.wake_armed || self.wake_mode != WakeMode::Read {
+            return true;
+        }
+        if self
+            .push(&ops::cancel(TOKEN_WAKER).user_data(TOKEN_CANCEL))
+            .is_err()
+        {
+            return false;
+        }
+        let mut discard = Vec::new();
+        for _ in 0..RETIRE_ROUNDS {
+            if self.enter(Some(Duration::from_millis(10))).is_err() {
+                return false;
+            }
+            self.reap(&mut discard);
+            if !self.wake_armed {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+impl Drop for UringDriver {
+    fn drop(&mut self) {
+        if self.is_inherited() {
+            // The ring's memory is shared with the parent: touch nothing in it. Dropping the
+            // IoUring unmaps the child's mappings and closes the child's fd copy, which leave
+            // the parent's ring as it was. The buffer is leaked (see `abandon`).
+            // SAFETY: dropped once, never used again.
+            unsafe { ManuallyDrop::drop(&mut self.ring) };
+            return;
+        }
+        let buf_free = self.retire_waker();
+        // Closing the ring fd makes the kernel cancel what is still in flight; user ops carry
+        // no buffers, so nothing of ours is written after this.
+        // SAFETY: dropped once, never used again.
+        unsafe { ManuallyDrop::drop(&mut self.ring) };
+        if buf_free {
+            // SAFETY: the pointer came from `Box::leak` in `with_options`, and no READ into
+            // it is in flight (its final CQE was reaped, or it was never armed), so nothing
+            // else references it.
+            drop(unsafe { Box::from_raw(self.wake_buf.0.as_ptr()) });
+        }
+        // Otherwise the 8 bytes are leaked: the kernel may still complete the READ into it.
+    }
+}
+
+/// Errors from `io_uring_enter` that only mean "nothing (more) this time": the wait timed
+/// out (ETIME), a signal came (EINTR), or the CQ is full / resources are short for a moment
+/// (EBUSY, EAGAIN); the next wait retries.
+fn tolerated(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN)
+    )
+}
+
+fn check_op(token: Token, interest: Interest) -> io::Result<()> {
+    if token == u64::MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "driver: token u64::MAX is reserved",
+        ));
+    }
+    if interest.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "driver: Poll op with empty interest",
+        ));
+    }
+    Ok(())
+}
+
+#[allow(dead_code)]
+fn _assert_kinds() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<UringDriver>();
+    send_sync::<UringWaker>();
+}

@@ -57,7 +57,9 @@ pub(super) fn setup(sizes: &[u32]) -> io::Result<(IoUring, Features)> {
     }
     let params = ring.params();
     if !params.is_feature_nodrop() {
-        return Err(unsupported("io_uring: kernel lacks IORING_FEAT_NODROP (needs Linux 5.5)"));
+        return Err(unsupported(
+            "io_uring: kernel lacks IORING_FEAT_NODROP (needs Linux 5.5)",
+        ));
     }
     let features = Features {
         ext_arg: params.is_feature_ext_arg(),
@@ -80,7 +82,9 @@ pub(super) fn check_opcodes(
     supported: impl Fn(u8) -> bool,
 ) -> io::Result<()> {
     match required.iter().find(|(_, code)| !supported(*code)) {
-        Some((name, _)) => Err(unsupported(&format!("io_uring: opcode {name} not supported"))),
+        Some((name, _)) => Err(unsupported(&format!(
+            "io_uring: opcode {name} not supported"
+        ))),
         None => Ok(()),
     }
 }
@@ -133,7 +137,10 @@ mod tests {
     #[test]
     fn reasons_read_well() {
         let e = with_context("io_uring_setup", io::Error::from_raw_os_error(libc::EPERM));
-        assert_eq!(e.to_string(), "io_uring_setup: EPERM (Operation not permitted)");
+        assert_eq!(
+            e.to_string(),
+            "io_uring_setup: EPERM (Operation not permitted)"
+        );
         assert_eq!(sys::error_code(&e), Some(libc::EPERM));
         let e = check_opcodes(&[("PollAdd", 6), ("AsyncCancel", 14)], |c| c != 6).unwrap_err();
         assert_eq!(e.to_string(), "io_uring: opcode PollAdd not supported");

@@ -1,0 +1,514 @@
+//! The driver contract (`driver/mod.rs`), checked on every driver this platform can build:
+//! `poll` always; `uring` (plus its old-kernel fallbacks) when a ring can be created, else
+//! skipped with the setup error printed.
+//!
+//! Closed fds, per backend: `poll` refuses a closed fd in `submit` (`EBADF`); `uring`
+//! accepts it and completes the op with `-EBADF` in the next `wait`. Either way: no hang.
+
+#![cfg(unix)]
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use _rsloop::driver::{self, Completion, Driver, Interest, Op, Requested};
+
+const R: Interest = Interest::READABLE;
+const W: Interest = Interest::WRITABLE;
+const QUIET: Duration = Duration::from_millis(50);
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// Every driver to test, by name.
+fn drivers() -> Vec<(&'static str, Driver)> {
+    let mut all = vec![(
+        "poll",
+        driver::select(Requested::Poll).expect("poll driver").0,
+    )];
+    #[cfg(target_os = "linux")]
+    {
+        use _rsloop::driver::uring::{UringDriver, UringOptions};
+        match UringDriver::new() {
+            Ok(d) => {
+                all.push(("uring", Driver::Uring(d)));
+                let old = UringOptions {
+                    no_ext_arg: true,
+                    poll_waker: true,
+                };
+                all.push((
+                    "uring(old-kernel paths)",
+                    Driver::Uring(UringDriver::with_options(old).expect("second ring")),
+                ));
+            }
+            Err(e) => eprintln!("skipping uring: {e}"),
+        }
+    }
+    all
+}
+
+/// Runs `check` on every driver, naming the driver in a failure.
+fn each(check: impl Fn(&str, &mut Driver)) {
+    for (name, mut d) in drivers() {
+        check(name, &mut d);
+    }
+}
+
+fn poll(fd: RawFd, interest: Interest) -> Op {
+    Op::Poll { fd, interest }
+}
+
+/// Waits until `n` completions arrived (or `PATIENCE` passed), then once more briefly to
+/// catch extras.
+fn collect(d: &mut Driver, n: usize) -> Vec<Completion> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while out.len() < n && Instant::now() < deadline {
+        d.wait(Some(Duration::from_millis(100)), &mut out).unwrap();
+    }
+    d.wait(Some(Duration::from_millis(10)), &mut out).unwrap();
+    out
+}
+
+fn quiet(name: &str, d: &mut Driver) {
+    let mut out = Vec::new();
+    d.wait(Some(QUIET), &mut out).unwrap();
+    assert!(out.is_empty(), "{name}: unexpected completions {out:?}");
+}
+
+fn pair() -> (UnixStream, UnixStream) {
+    let (a, b) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    (a, b)
+}
+
+fn c(token: u64, result: i32) -> Completion {
+    Completion { token, result }
+}
+
+#[test]
+fn readable_only_after_write() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        quiet(name, d);
+        b.write_all(b"x").unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 1)], "{name}");
+    });
+}
+
+#[test]
+fn pipe_readable_after_write() {
+    each(|name, d| {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe writes.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        d.submit(1, poll(fds[0], R)).unwrap();
+        quiet(name, d);
+        // SAFETY: writes one byte from a live buffer to the pipe we own.
+        assert_eq!(unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) }, 1);
+        assert_eq!(collect(d, 1), vec![c(1, 1)], "{name}");
+        // Closing the write end: the reader sees EOF (hang-up) as readable.
+        d.submit(2, poll(fds[0], R)).unwrap();
+        // SAFETY: closes fds we own, once.
+        unsafe { libc::close(fds[1]) };
+        assert_eq!(collect(d, 1), vec![c(2, 1)], "{name}");
+        // SAFETY: as above.
+        unsafe { libc::close(fds[0]) };
+    });
+}
+
+#[test]
+fn writable_immediately() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        d.submit(7, poll(a.as_raw_fd(), W)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(7, 2)], "{name}");
+    });
+}
+
+#[test]
+fn one_shot_then_level_on_resubmit() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        b.write_all(b"data").unwrap();
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 1)], "{name}");
+        // One-shot: nothing more without a new submit, though still readable.
+        quiet(name, d);
+        // Level: the unread data makes a new submit complete again.
+        d.submit(2, poll(a.as_raw_fd(), R)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(2, 1)], "{name}");
+        d.submit(3, poll(a.as_raw_fd(), R)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(3, 1)], "{name}");
+        // Once drained, a new submit waits again.
+        let mut buf = [0u8; 16];
+        assert_eq!((&a).read(&mut buf).unwrap(), 4);
+        d.submit(4, poll(a.as_raw_fd(), R)).unwrap();
+        quiet(name, d);
+        d.cancel(4).unwrap();
+        assert_eq!(collect(d, 1), vec![c(4, -libc::ECANCELED)], "{name}");
+    });
+}
+
+#[test]
+fn cancel_yields_exactly_one_final_completion() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        d.wait(Some(Duration::ZERO), &mut Vec::new()).unwrap();
+        d.cancel(1).unwrap();
+        d.cancel(1).unwrap(); // a second cancel adds nothing
+        assert_eq!(collect(d, 1), vec![c(1, -libc::ECANCELED)], "{name}");
+        b.write_all(b"x").unwrap();
+        quiet(name, d);
+        // Cancelling unknown or finished tokens is harmless.
+        d.cancel(1).unwrap();
+        d.cancel(12345).unwrap();
+        quiet(name, d);
+    });
+}
+
+#[test]
+fn cancel_before_any_wait() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        d.cancel(1).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, -libc::ECANCELED)], "{name}");
+    });
+}
+
+#[test]
+fn cancel_racing_readiness_completes_once() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        d.submit(1, poll(a.as_raw_fd(), W)).unwrap();
+        d.cancel(1).unwrap();
+        let got = collect(d, 1);
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        assert!(
+            got[0] == c(1, 2) || got[0] == c(1, -libc::ECANCELED),
+            "{name}: {got:?}"
+        );
+    });
+}
+
+#[test]
+fn pending_cancel_makes_wait_return_without_blocking() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        d.wait(Some(Duration::ZERO), &mut Vec::new()).unwrap();
+        d.cancel(1).unwrap();
+        let t = Instant::now();
+        let mut out = Vec::new();
+        d.wait(Some(Duration::from_secs(10)), &mut out).unwrap();
+        assert_eq!(out, vec![c(1, -libc::ECANCELED)], "{name}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{name}: blocked");
+    });
+}
+
+#[test]
+fn timeout_is_respected() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        for with_op in [false, true] {
+            if with_op {
+                d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+            }
+            let t = Instant::now();
+            let mut out = Vec::new();
+            d.wait(Some(Duration::from_millis(50)), &mut out).unwrap();
+            let took = t.elapsed();
+            assert!(out.is_empty(), "{name}: {out:?}");
+            assert!(
+                took >= Duration::from_millis(45),
+                "{name}: woke after {took:?}"
+            );
+            assert!(took < Duration::from_secs(3), "{name}: slept {took:?}");
+        }
+    });
+}
+
+#[test]
+fn waker_interrupts_blocking_wait() {
+    each(|name, d| {
+        let waker = d.waker();
+        let t = Instant::now();
+        let th = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            waker.wake().unwrap();
+        });
+        let mut out = Vec::new();
+        d.wait(None, &mut out).unwrap();
+        th.join().unwrap();
+        assert!(
+            out.is_empty(),
+            "{name}: a wake is not a completion: {out:?}"
+        );
+        assert!(t.elapsed() < PATIENCE, "{name}");
+        // Again: the waker re-arms; wakes before the wait are not lost, and many coalesce.
+        for _ in 0..3 {
+            d.waker().wake().unwrap();
+        }
+        let t = Instant::now();
+        d.wait(None, &mut out).unwrap();
+        assert!(t.elapsed() < PATIENCE, "{name}");
+        // Drained: the next wait sleeps for its timeout.
+        let mut rounds = 0;
+        loop {
+            let t = Instant::now();
+            d.wait(Some(QUIET), &mut out).unwrap();
+            if t.elapsed() >= Duration::from_millis(45) {
+                break;
+            }
+            rounds += 1;
+            assert!(rounds < 3, "{name}: waker keeps firing");
+        }
+        assert!(out.is_empty(), "{name}");
+    });
+}
+
+#[test]
+fn waker_works_from_many_threads() {
+    each(|name, d| {
+        let waker = d.waker();
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let w = waker.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        w.wake().unwrap();
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        let t = Instant::now();
+        d.wait(None, &mut Vec::new()).unwrap();
+        assert!(t.elapsed() < PATIENCE, "{name}");
+    });
+}
+
+#[test]
+fn reader_and_writer_on_one_fd() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        d.submit(2, poll(a.as_raw_fd(), W)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(2, 2)], "{name}: writer first");
+        b.write_all(b"x").unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 1)], "{name}: then reader");
+        // Both ready at once: both complete, each with its own bit.
+        d.submit(3, poll(a.as_raw_fd(), R)).unwrap();
+        d.submit(4, poll(a.as_raw_fd(), W)).unwrap();
+        let mut got = collect(d, 2);
+        got.sort_by_key(|c| c.token);
+        assert_eq!(got, vec![c(3, 1), c(4, 2)], "{name}");
+        // One op asking for both.
+        d.submit(5, poll(a.as_raw_fd(), R.add(W))).unwrap();
+        assert_eq!(collect(d, 1), vec![c(5, 3)], "{name}");
+    });
+}
+
+#[test]
+fn hangup_wakes_reader_and_writer() {
+    each(|name, d| {
+        let (a, b) = pair();
+        let mut buf = vec![0u8; 1 << 16];
+        // Fill a's send buffer so the writer really waits.
+        while (&a).write(&buf).is_ok() {}
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        d.submit(2, poll(a.as_raw_fd(), W)).unwrap();
+        quiet(name, d);
+        drop(b);
+        let mut got = collect(d, 2);
+        got.sort_by_key(|c| c.token);
+        assert_eq!(got, vec![c(1, 1), c(2, 2)], "{name}");
+        // The peer closed with our data unread: EOF or ECONNRESET, never EAGAIN.
+        match (&a).read(&mut buf) {
+            Ok(n) => assert_eq!(n, 0, "{name}"),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{name}"),
+        }
+    });
+}
+
+#[test]
+fn closed_fd_errors_or_completes_with_ebadf() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        let fd = a.as_raw_fd();
+        drop(a);
+        for (token, fd) in [(1, fd), (2, -1)] {
+            match d.submit(token, poll(fd, R)) {
+                Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{name}: {e}"),
+                Ok(()) => assert_eq!(collect(d, 1), vec![c(token, -libc::EBADF)], "{name}"),
+            }
+        }
+        // The driver still works afterwards.
+        let (a, _b) = pair();
+        d.submit(3, poll(a.as_raw_fd(), W)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(3, 2)], "{name}");
+    });
+}
+
+#[test]
+fn fd_closed_while_known_to_driver_never_hangs() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        let fd = a.as_raw_fd();
+        d.submit(1, poll(fd, W)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 2)], "{name}");
+        drop(a);
+        match d.submit(2, poll(fd, R)) {
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{name}: {e}"),
+            Ok(()) => {
+                let got = collect(d, 1);
+                assert_eq!(got.len(), 1, "{name}: {got:?}");
+                assert!(got[0].result < 0, "{name}: {got:?}");
+            }
+        }
+    });
+}
+
+#[test]
+fn zero_wait_with_nothing_queued_makes_no_syscall() {
+    each(|name, d| {
+        // Let the driver settle (the uring waker is armed on the first blocking wait).
+        d.wait(Some(Duration::from_millis(1)), &mut Vec::new())
+            .unwrap();
+        let before = d.counters().enters;
+        for _ in 0..10 {
+            d.wait(Some(Duration::ZERO), &mut Vec::new()).unwrap();
+        }
+        assert_eq!(d.counters().enters, before, "{name}");
+        // With something queued, the zero wait submits it (one enter).
+        let (a, _b) = pair();
+        d.submit(1, poll(a.as_raw_fd(), W)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 2)], "{name}");
+    });
+}
+
+#[test]
+fn counters_count() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        let start = d.counters();
+        d.submit(1, poll(a.as_raw_fd(), W)).unwrap();
+        d.submit(2, poll(a.as_raw_fd(), R)).unwrap();
+        assert_eq!(collect(d, 1).len(), 1);
+        d.cancel(2).unwrap();
+        assert_eq!(collect(d, 1).len(), 1);
+        let now = d.counters();
+        assert!(now.submissions > start.submissions, "{name}: {now:?}");
+        assert!(now.enters > start.enters, "{name}: {now:?}");
+        assert_eq!(now.completions - start.completions, 2, "{name}: {now:?}");
+    });
+}
+
+#[test]
+fn bad_submissions_are_refused() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        let fd = a.as_raw_fd();
+        assert!(d.submit(1, poll(fd, Interest::NONE)).is_err(), "{name}");
+        assert!(d.submit(u64::MAX, poll(fd, R)).is_err(), "{name}");
+        d.submit(1, poll(fd, R)).unwrap();
+        let e = d.submit(1, poll(fd, W)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{name}");
+        d.cancel(1).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, -libc::ECANCELED)], "{name}");
+    });
+}
+
+#[test]
+fn many_ops_overflow_the_queues() {
+    // More ops than the SQ (256) and the CQ (512) hold: all still complete, once each.
+    each(|name, d| {
+        let (a, _b) = pair();
+        let n = 1500;
+        for t in 0..n {
+            d.submit(t, poll(a.as_raw_fd(), W)).unwrap();
+        }
+        let got = collect(d, n as usize);
+        assert_eq!(got.len(), n as usize, "{name}");
+        let mut tokens: Vec<u64> = got.iter().map(|c| c.token).collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        assert_eq!(tokens.len(), n as usize, "{name}");
+        assert!(got.iter().all(|c| c.result == 2), "{name}");
+    });
+}
+
+#[test]
+fn many_fds() {
+    each(|name, d| {
+        let pairs: Vec<_> = (0..64).map(|_| pair()).collect();
+        for (i, (a, _)) in pairs.iter().enumerate() {
+            d.submit(i as u64, poll(a.as_raw_fd(), R)).unwrap();
+        }
+        quiet(name, d);
+        for (_, b) in pairs.iter().step_by(2) {
+            (&*b).write_all(b"x").unwrap();
+        }
+        let mut got = collect(d, 32);
+        got.sort_by_key(|c| c.token);
+        let want: Vec<_> = (0..64).step_by(2).map(|t| c(t, 1)).collect();
+        assert_eq!(got, want, "{name}");
+        for t in (1..64).step_by(2) {
+            d.cancel(t).unwrap();
+        }
+        assert_eq!(collect(d, 32).len(), 32, "{name}");
+    });
+}
+
+#[test]
+fn driver_can_move_between_threads() {
+    // asyncio loops are created on one thread and run on another.
+    for (name, mut d) in drivers() {
+        let (a, mut b) = pair();
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        let waker = d.waker();
+        let th = std::thread::spawn(move || {
+            let got = collect(&mut d, 1);
+            d.wait(None, &mut Vec::new()).unwrap(); // returns on the wake below
+            got
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        b.write_all(b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        waker.wake().unwrap();
+        assert_eq!(th.join().unwrap(), vec![c(1, 1)], "{name}");
+    }
+}
+
+#[test]
+fn fork_child_abandons_without_breaking_parent() {
+    for (name, mut d) in drivers() {
+        let (a, mut b) = pair();
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        d.wait(Some(Duration::ZERO), &mut Vec::new()).unwrap();
+        assert!(!d.is_inherited());
+        // SAFETY: the child only checks the driver, abandons it and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = if d.is_inherited() { 0 } else { 1 };
+            d.abandon();
+            // SAFETY: ends the child without running the parent's atexit/test harness.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child we just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "{name}: child crashed: {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "{name}: child saw no fork");
+        b.write_all(b"x").unwrap();
+        assert_eq!(collect(&mut d, 1), vec![c(1, 1)], "{name}: parent broken");
+        d.waker().wake().unwrap();
+        d.wait(None, &mut Vec::new()).unwrap();
+    }
+}
