@@ -217,6 +217,12 @@ impl UringDriver {
         drop(self);
     }
 
+    /// SQ ring size the kernel gave us (smaller than asked after ENOMEM retries).
+    #[doc(hidden)]
+    pub fn ring_entries(&self) -> u32 {
+        self.ring.params().sq_entries()
+    }
+
     /// Number of user ops in flight (submitted, final CQE not yet reaped).
     #[doc(hidden)]
     pub fn in_flight(&self) -> usize {

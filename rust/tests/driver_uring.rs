@@ -1,0 +1,353 @@
+//! io_uring-only behaviour: setup failures and their reasons (simulated per thread with a
+//! seccomp filter, the way container runtimes refuse io_uring), the ENOMEM retry, fork, drop.
+//! Every test skips (printing the reason) when this machine cannot create a ring at all.
+
+#![cfg(target_os = "linux")]
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use _rsloop::driver::uring::UringDriver;
+use _rsloop::driver::{self, Completion, Driver, DriverKind, Interest, Op, Requested};
+use _rsloop::sys;
+
+/// A ring, or `None` after printing why this machine has none.
+fn ring() -> Option<UringDriver> {
+    match UringDriver::new() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            let text = e.to_string();
+            assert!(text.starts_with("io_uring"), "unreadable reason: {text}");
+            eprintln!("skipping: {text}");
+            None
+        }
+    }
+}
+
+/// Runs `f` on a new thread whose syscall `nr` fails with `errno` whenever its first argument
+/// is at least `min_arg0`. Seccomp filters bind to the installing thread only, so the rest of
+/// the test process is unaffected.
+fn with_syscall_failing<T: Send + 'static>(
+    nr: libc::c_long,
+    min_arg0: u32,
+    errno: i32,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+        const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+        const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+        const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+        let stmt = |code, k| libc::sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        };
+        let jump = |code, k, jt, jf| libc::sock_filter { code, jt, jf, k };
+        let mut filter = [
+            stmt(LD_W_ABS, 0),            // seccomp_data.nr
+            jump(JEQ_K, nr as u32, 0, 3), // not ours → allow
+            stmt(LD_W_ABS, 16),           // low half of args[0] (little-endian)
+            jump(JGE_K, min_arg0, 0, 1),  // below the bar → allow
+            stmt(RET_K, libc::SECCOMP_RET_ERRNO | errno as u32),
+            stmt(RET_K, libc::SECCOMP_RET_ALLOW),
+        ];
+        let prog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_mut_ptr(),
+        };
+        // SAFETY: plain prctl flags; NO_NEW_PRIVS lets an unprivileged thread add a filter.
+        assert_eq!(
+            unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) },
+            0
+        );
+        // SAFETY: `prog` points at a valid BPF program that outlives the call (the kernel
+        // copies it).
+        let rc = unsafe {
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        assert_eq!(rc, 0, "seccomp: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+fn pair() -> (UnixStream, UnixStream) {
+    let (a, b) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    (a, b)
+}
+
+fn collect(d: &mut UringDriver, n: usize) -> Vec<Completion> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while out.len() < n && Instant::now() < deadline {
+        d.wait(Some(Duration::from_millis(100)), &mut out).unwrap();
+    }
+    out
+}
+
+#[test]
+fn seccomp_eperm_reads_well_and_auto_falls_back() {
+    if ring().is_none() {
+        return;
+    }
+    let (text, code, kind, auto) =
+        with_syscall_failing(libc::SYS_io_uring_setup, 0, libc::EPERM, || {
+            let e = UringDriver::new().err().expect("setup must fail");
+            let (d, reason) = driver::select(Requested::Auto).unwrap();
+            let forced = driver::select(Requested::Uring)
+                .err()
+                .map(|e| e.to_string());
+            (
+                e.to_string(),
+                sys::error_code(&e),
+                e.kind(),
+                (d.kind(), reason, forced),
+            )
+        });
+    assert_eq!(text, "io_uring_setup: EPERM (Operation not permitted)");
+    assert_eq!(code, Some(libc::EPERM));
+    assert_eq!(kind, std::io::ErrorKind::PermissionDenied);
+    assert_eq!(auto.0, DriverKind::Poll);
+    assert_eq!(auto.1.as_deref(), Some(text.as_str()));
+    assert_eq!(auto.2.as_deref(), Some(text.as_str()));
+}
+
+#[test]
+fn enosys_reads_well() {
+    if ring().is_none() {
+        return;
+    }
+    let text = with_syscall_failing(libc::SYS_io_uring_setup, 0, libc::ENOSYS, || {
+        UringDriver::new().err().map(|e| e.to_string())
+    });
+    assert_eq!(
+        text.as_deref(),
+        Some("io_uring_setup: ENOSYS (Function not implemented)")
+    );
+}
+
+#[test]
+fn enomem_retries_with_a_smaller_ring() {
+    let Some(d) = ring() else { return };
+    assert_eq!(d.ring_entries(), 256);
+    // Rings above 16 entries "run out of locked memory".
+    let entries = with_syscall_failing(libc::SYS_io_uring_setup, 17, libc::ENOMEM, || {
+        let mut d = UringDriver::new().expect("the 16-entry ring fits");
+        let (a, _b) = pair();
+        d.submit(
+            1,
+            Op::Poll {
+                fd: a.as_raw_fd(),
+                interest: Interest::WRITABLE,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            collect(&mut d, 1),
+            vec![Completion {
+                token: 1,
+                result: 2
+            }]
+        );
+        d.ring_entries()
+    });
+    assert_eq!(entries, 16);
+    // Even 16 fails: the last ENOMEM is the reason.
+    let text = with_syscall_failing(libc::SYS_io_uring_setup, 0, libc::ENOMEM, || {
+        UringDriver::new().err().map(|e| e.to_string())
+    });
+    assert_eq!(
+        text.as_deref(),
+        Some("io_uring_setup: ENOMEM (Cannot allocate memory)")
+    );
+}
+
+#[test]
+fn missing_probe_reads_well() {
+    if ring().is_none() {
+        return;
+    }
+    // Kernels before 5.6 answer IORING_REGISTER_PROBE (opcode 8) with EINVAL.
+    let text = with_syscall_failing(libc::SYS_io_uring_register, 0, libc::EINVAL, || {
+        UringDriver::new().err().map(|e| e.to_string())
+    });
+    assert_eq!(
+        text.as_deref(),
+        Some("io_uring: kernel has no opcode probe (needs Linux 5.6)")
+    );
+}
+
+#[test]
+fn fork_child_abandons_then_builds_its_own_ring() {
+    let Some(mut d) = ring() else { return };
+    let (a, mut b) = pair();
+    d.submit(
+        1,
+        Op::Poll {
+            fd: a.as_raw_fd(),
+            interest: Interest::READABLE,
+        },
+    )
+    .unwrap();
+    d.wait(Some(Duration::ZERO), &mut Vec::new()).unwrap();
+    assert_eq!(d.in_flight(), 1);
+    let (c, mut e) = pair();
+    // SAFETY: the child touches only the driver and the sockets, then _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let mut code = 0;
+        if !d.is_inherited() {
+            code |= 1;
+        }
+        d.abandon();
+        // What a loop does in the child: a fresh ring that works.
+        match UringDriver::new() {
+            Ok(mut mine) => {
+                let op = Op::Poll {
+                    fd: c.as_raw_fd(),
+                    interest: Interest::READABLE,
+                };
+                if mine.submit(9, op).is_err() {
+                    code |= 2;
+                }
+                if e.write_all(b"x").is_err() {
+                    code |= 4;
+                }
+                if collect(&mut mine, 1)
+                    != vec![Completion {
+                        token: 9,
+                        result: 1,
+                    }]
+                {
+                    code |= 8;
+                }
+            }
+            Err(_) => code |= 16,
+        }
+        // SAFETY: ends the child without running the test harness's exit path.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child died: {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "child failures (bit set)");
+    // The parent's in-flight op survived the child's abandon and exit.
+    let mut out = Vec::new();
+    d.wait(Some(Duration::from_millis(50)), &mut out).unwrap();
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(d.in_flight(), 1);
+    b.write_all(b"x").unwrap();
+    let mut got = collect(&mut d, 1);
+    got.retain(|c| c.token == 1);
+    assert_eq!(
+        got,
+        vec![Completion {
+            token: 1,
+            result: 1
+        }]
+    );
+    // The parent's waker still works.
+    let w = d.waker();
+    let th = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        w.wake().unwrap();
+    });
+    let t = Instant::now();
+    d.wait(None, &mut Vec::new()).unwrap();
+    th.join().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let _ = (&mut e, &c);
+}
+
+#[test]
+fn child_dropping_without_abandon_is_also_safe() {
+    let Some(mut d) = ring() else { return };
+    let (a, mut b) = pair();
+    d.submit(
+        1,
+        Op::Poll {
+            fd: a.as_raw_fd(),
+            interest: Interest::READABLE,
+        },
+    )
+    .unwrap();
+    d.wait(Some(Duration::ZERO), &mut Vec::new()).unwrap();
+    // SAFETY: the child drops the driver and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        drop(d);
+        // SAFETY: as above.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    b.write_all(b"x").unwrap();
+    assert_eq!(
+        collect(&mut d, 1),
+        vec![Completion {
+            token: 1,
+            result: 1
+        }]
+    );
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+#[test]
+fn many_rings_created_and_dropped_with_ops_in_flight() {
+    // A test suite makes a loop per test: rings must go promptly, with their fds.
+    if ring().is_none() {
+        return;
+    }
+    let (a, _b) = pair();
+    let before = open_fds();
+    let t = Instant::now();
+    for i in 0..200 {
+        let mut d = Driver::Uring(UringDriver::new().expect("ring"));
+        d.submit(
+            i,
+            Op::Poll {
+                fd: a.as_raw_fd(),
+                interest: Interest::READABLE,
+            },
+        )
+        .unwrap();
+        d.wait(Some(Duration::from_millis(1)), &mut Vec::new())
+            .unwrap();
+        drop(d);
+    }
+    assert!(t.elapsed() < Duration::from_secs(20), "slow teardown");
+    let after = open_fds();
+    // Other tests in this binary open fds concurrently; a leak would be 400 (ring + eventfd).
+    assert!(after < before + 50, "fds leaked: {before} → {after}");
+}
+
+#[test]
+fn setup_reason_names_the_errno_via_select() {
+    // `select(Uring)` passes the driver's error through unchanged.
+    match driver::select(Requested::Uring) {
+        Ok((d, reason)) => {
+            assert_eq!(d.kind(), DriverKind::Uring);
+            assert!(reason.is_none());
+        }
+        Err(e) => assert!(e.to_string().starts_with("io_uring"), "{e}"),
+    }
+}
