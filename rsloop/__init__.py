@@ -1,9 +1,9 @@
 """rsloop: a drop-in asyncio event loop with a Rust core (io_uring, mio).
 
-    import rsloop
-    rsloop.run(main())
-    asyncio.run(main(), loop_factory=rsloop.new_event_loop)      # Python >= 3.12
-    asyncio.set_event_loop_policy(rsloop.EventLoopPolicy())
+import rsloop
+rsloop.run(main())
+asyncio.run(main(), loop_factory=rsloop.new_event_loop)      # Python >= 3.12
+asyncio.set_event_loop_policy(rsloop.EventLoopPolicy())
 """
 
 from __future__ import annotations

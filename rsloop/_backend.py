@@ -26,9 +26,7 @@ def requested() -> str:
     """The backend named by ``RSLOOP_BACKEND`` (default ``auto``)."""
     value = os.environ.get("RSLOOP_BACKEND", "auto").strip().lower() or "auto"
     if value not in CHOICES:
-        raise ValueError(
-            f"RSLOOP_BACKEND={value!r} is not one of {', '.join(CHOICES)}"
-        )
+        raise ValueError(f"RSLOOP_BACKEND={value!r} is not one of {', '.join(CHOICES)}")
     return value
 
 

@@ -38,9 +38,7 @@ def check_callback(callback, method: str) -> None:
     if coroutines.iscoroutine(callback) or coroutines.iscoroutinefunction(callback):
         raise TypeError(f"coroutines cannot be used with {method}()")
     if not callable(callback):
-        raise TypeError(
-            f"a callable object was expected by {method}(), got {callback!r}"
-        )
+        raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")
 
 
 def extract_stack():

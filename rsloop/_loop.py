@@ -19,8 +19,7 @@ import traceback
 import warnings
 from asyncio import events, futures, tasks
 
-from . import _compat
-from . import _format
+from . import _compat, _format
 from ._rsloop import Loop as _NativeLoop
 
 logger = logging.getLogger("asyncio")
@@ -38,9 +37,7 @@ def _run_until_complete_cb(fut):
 
 
 def _env_debug() -> bool:
-    return not sys.flags.ignore_environment and bool(
-        os.environ.get("PYTHONASYNCIODEBUG")
-    )
+    return not sys.flags.ignore_environment and bool(os.environ.get("PYTHONASYNCIODEBUG"))
 
 
 def _not_implemented(name: str):
@@ -162,6 +159,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
                 f"asynchronous generator {agen!r} was scheduled after "
                 f"loop.shutdown_asyncgens() call",
                 ResourceWarning,
+                stacklevel=2,
                 source=self,
             )
         self._asyncgens.add(agen)
@@ -178,10 +176,8 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             return
         closing = list(self._asyncgens)
         self._asyncgens.clear()
-        results = await tasks.gather(
-            *[agen.aclose() for agen in closing], return_exceptions=True
-        )
-        for result, agen in zip(results, closing):
+        results = await tasks.gather(*[agen.aclose() for agen in closing], return_exceptions=True)
+        for result, agen in zip(results, closing, strict=False):
             if isinstance(result, Exception):
                 self.call_exception_handler(
                     {
@@ -206,9 +202,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             self._check_default_executor()
             executor = self._default_executor
             if executor is None:
-                executor = concurrent.futures.ThreadPoolExecutor(
-                    thread_name_prefix="asyncio"
-                )
+                executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio")
                 self._default_executor = executor
         return futures.wrap_future(executor.submit(func, *args), loop=self)
 
@@ -233,8 +227,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
                 await tasks.wait_for(tasks.shield(future), timeout)
         except asyncio.TimeoutError:
             warnings.warn(
-                "The executor did not finishing joining "
-                f"its threads within {timeout} seconds.",
+                f"The executor did not finishing joining its threads within {timeout} seconds.",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -291,9 +284,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
 
     def set_exception_handler(self, handler) -> None:
         if handler is not None and not callable(handler):
-            raise TypeError(
-                f"A callable object or None is expected, got {handler!r}"
-            )
+            raise TypeError(f"A callable object or None is expected, got {handler!r}")
         self._exception_handler = handler
 
     def default_exception_handler(self, context) -> None:
@@ -306,11 +297,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             else False
         )
         current = self._current_handle
-        if (
-            "source_traceback" not in context
-            and current is not None
-            and current._source_traceback
-        ):
+        if "source_traceback" not in context and current is not None and current._source_traceback:
             context["handle_traceback"] = current._source_traceback
         lines = [message]
         for key in sorted(context):
@@ -392,14 +379,10 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
         if bool(enabled) == bool(self._coroutine_origin_tracking_enabled):
             return
         if enabled:
-            self._coroutine_origin_tracking_saved_depth = (
-                sys.get_coroutine_origin_tracking_depth()
-            )
+            self._coroutine_origin_tracking_saved_depth = sys.get_coroutine_origin_tracking_depth()
             sys.set_coroutine_origin_tracking_depth(events._DEBUG_STACK_DEPTH)
         else:
-            sys.set_coroutine_origin_tracking_depth(
-                self._coroutine_origin_tracking_saved_depth
-            )
+            sys.set_coroutine_origin_tracking_depth(self._coroutine_origin_tracking_saved_depth)
         self._coroutine_origin_tracking_enabled = enabled
 
     # ----- Names (via the executor, as asyncio does) -----

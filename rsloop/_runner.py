@@ -21,9 +21,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         return FallbackLoop("RSLOOP_BACKEND=asyncio")
     if _backend.NATIVE_ERROR is not None:
         if choice != "auto":
-            raise RuntimeError(
-                f"rsloop: RSLOOP_BACKEND={choice} but the {_backend.NATIVE_ERROR}"
-            )
+            raise RuntimeError(f"rsloop: RSLOOP_BACKEND={choice} but the {_backend.NATIVE_ERROR}")
         _backend.warn_fallback(_backend.NATIVE_ERROR)
         return FallbackLoop(_backend.NATIVE_ERROR)
     from ._loop import Loop
