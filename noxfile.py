@@ -1,0 +1,185 @@
+"""Developer and CI sessions. ``nox -l`` lists them.
+
+Interpreters 3.10-3.13 are found on PATH; on machines where pyenv provides them, the
+pyenv versions are made visible to nox automatically.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+BACKENDS = ["uring", "poll"]
+TEST_DEPS = ["pytest>=8", "pytest-timeout", "hypothesis>=6"]
+CROSS_TARGETS = ["x86_64-apple-darwin", "aarch64-apple-darwin", "x86_64-pc-windows-msvc"]
+
+nox.options.sessions = ["lint", "rust", "tests", "conformance"]
+nox.options.error_on_missing_interpreters = True
+
+
+def _expose_pyenv_versions() -> None:
+    """Let `python3.X` resolve through pyenv shims for every installed 3.10-3.13."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    found = []
+    for v in PYTHONS:
+        paths = sorted(glob.glob(os.path.join(root, "versions", f"{v}.*", "bin", f"python{v}")))
+        if paths:
+            found.append(Path(paths[-1]).parent.parent.name)
+    if found and "PYENV_VERSION" not in os.environ:
+        os.environ["PYENV_VERSION"] = ":".join(found)
+
+
+_expose_pyenv_versions()
+
+
+def _libpython_dir(session: nox.Session) -> str:
+    return session.run(
+        "python",
+        "-c",
+        "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))",
+        silent=True,
+    ).strip()
+
+
+def _build(session: nox.Session, release: bool = False) -> None:
+    session.install("maturin>=1.9,<2")
+    args = ["maturin", "develop", "--quiet"]
+    if release:
+        args.append("--release")
+    session.run(*args)
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """Build the extension and run the test suite on every backend (+ asyncio itself)."""
+    _build(session)
+    session.install(*TEST_DEPS)
+    session.run("python", "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", *session.posargs)
+    # Once more in asyncio debug mode, as uvloop does.
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "-q",
+        "-x",
+        "-p",
+        "no:cacheprovider",
+        env={"PYTHONASYNCIODEBUG": "1"},
+    )
+
+
+@nox.session(python=PYTHONS)
+def conformance(session: nox.Session) -> None:
+    """CPython's test.test_asyncio against rsloop, per backend, plus the differential
+    hypothesis suite; prints pass counts per module and backend."""
+    _build(session)
+    session.install(*TEST_DEPS)
+    runner = ROOT / "tests" / "conformance" / "run_cpython.py"
+    for backend in BACKENDS:
+        session.run("python", str(runner), "--backend", backend, env={"RSLOOP_BACKEND": backend})
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/test_properties.py",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        env={"HYPOTHESIS_PROFILE": os.environ.get("HYPOTHESIS_PROFILE", "fast")},
+    )
+
+
+@nox.session(python=False)
+def rust(session: nox.Session) -> None:
+    """cargo fmt, clippy (warnings are errors) and the Rust tests, without Python."""
+    env = {"PYO3_PYTHON": sys.executable}
+    libdir = (
+        os.popen(
+            f"{sys.executable} -c \"import sysconfig; print(sysconfig.get_config_var('LIBDIR'))\""
+        )
+        .read()
+        .strip()
+    )
+    env["LD_LIBRARY_PATH"] = libdir + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
+    cargo = ["cargo", "--locked"] if (ROOT / "rust" / "Cargo.lock").exists() else ["cargo"]
+    with session.chdir(ROOT / "rust"):
+        session.run("cargo", "fmt", "--check", external=True)
+        feats = ["--no-default-features", "--features", "uring"]
+        session.run(
+            *cargo,
+            "clippy",
+            "--all-targets",
+            *feats,
+            "--",
+            "-D",
+            "warnings",
+            external=True,
+            env=env,
+        )
+        session.run(
+            *cargo,
+            "clippy",
+            "--all-targets",
+            "--no-default-features",
+            "--",
+            "-D",
+            "warnings",
+            external=True,
+            env=env,
+        )
+        session.run(*cargo, "test", *feats, external=True, env=env)
+        session.run(*cargo, "test", "--no-default-features", external=True, env=env)
+
+
+@nox.session(python=False)
+def cross(session: nox.Session) -> None:
+    """`cargo check` for macOS (x86_64, aarch64) and Windows: the kqueue/IOCP paths compile."""
+    env = {"PYO3_CROSS_PYTHON_VERSION": "3.12", "PYO3_NO_PYTHON": "1"}
+    with session.chdir(ROOT / "rust"):
+        for target in CROSS_TARGETS:
+            session.run("rustup", "target", "add", target, external=True)
+            session.run(
+                "cargo",
+                "check",
+                "--target",
+                target,
+                "--no-default-features",
+                "--features",
+                "uring",
+                external=True,
+                env=env,
+            )
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff (lint + format check) on Python; cargo fmt on Rust."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    with session.chdir(ROOT / "rust"):
+        session.run("cargo", "fmt", "--check", external=True)
+
+
+@nox.session(python="3.11")
+def typing(session: nox.Session) -> None:
+    """mypy on the package and stubtest of the native module's .pyi."""
+    _build(session)
+    session.install("mypy", "typing_extensions")
+    session.run("mypy", "rsloop")
+    session.run("python", "-m", "mypy.stubtest", "rsloop._rsloop", "--ignore-missing-stub")
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Release build, peers (uvloop, rloop) installed, the benchmark table printed."""
+    _build(session, release=True)
+    session.install("uvloop", "rloop")
+    session.run("python", "bench/run.py", *session.posargs)
