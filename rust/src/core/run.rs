@@ -37,13 +37,12 @@ impl LoopCore {
         }
         if let Some(old) = slot.take() {
             old.abandon();
+            lock(&self.watchers).rearm_all();
         }
         let (driver, reason) = driver::select(self.requested).map_err(|e| {
             let msg = format!("rsloop: cannot create the {:?} driver: {e}", self.requested);
             match e.raw_os_error() {
-                Some(code) => {
-                    pyo3::exceptions::PyOSError::new_err((code, msg))
-                }
+                Some(code) => pyo3::exceptions::PyOSError::new_err((code, msg)),
                 None => pyo3::exceptions::PyOSError::new_err(msg),
             }
         })?;
@@ -306,8 +305,7 @@ impl LoopCore {
         handle: &Py<Handle>,
         err: PyErr,
     ) -> PyResult<()> {
-        if err.is_instance_of::<PyKeyboardInterrupt>(py) || err.is_instance_of::<PySystemExit>(py)
-        {
+        if err.is_instance_of::<PyKeyboardInterrupt>(py) || err.is_instance_of::<PySystemExit>(py) {
             return Err(err);
         }
         let exc = err.into_value(py);

@@ -16,7 +16,8 @@ impl Counter {
     /// Adds `n`; the loop thread is the only writer.
     #[inline]
     pub fn add(&self, n: u64) {
-        self.0.store(self.0.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        self.0
+            .store(self.0.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
     /// Raises the value to `n` if it is larger.
     #[inline]

@@ -125,11 +125,7 @@ impl Watchers {
     /// Takes the driver work accumulated since the last flush, assigning fresh tokens.
     pub fn take_work(&mut self) -> DriverWork {
         for (fd, side) in std::mem::take(&mut self.to_arm) {
-            let Some(w) = self
-                .by_fd
-                .get_mut(&fd)
-                .and_then(|e| e[slot(side)].as_mut())
-            else {
+            let Some(w) = self.by_fd.get_mut(&fd).and_then(|e| e[slot(side)].as_mut()) else {
                 continue;
             };
             if !w.pending || w.armed.is_some() {
@@ -149,11 +145,7 @@ impl Watchers {
     /// silent, as a closed fd stays silently registered in a selector.
     pub fn arm_failed(&mut self, token: Token) {
         if let Some((fd, side)) = self.by_token.remove(&token) {
-            if let Some(w) = self
-                .by_fd
-                .get_mut(&fd)
-                .and_then(|e| e[slot(side)].as_mut())
-            {
+            if let Some(w) = self.by_fd.get_mut(&fd).and_then(|e| e[slot(side)].as_mut()) {
                 w.armed = None;
             }
         }
@@ -171,11 +163,7 @@ impl Watchers {
         let Some((fd, side)) = self.by_token.remove(&token) else {
             return (None, None); // removed or replaced meanwhile
         };
-        let Some(w) = self
-            .by_fd
-            .get_mut(&fd)
-            .and_then(|e| e[slot(side)].as_mut())
-        else {
+        let Some(w) = self.by_fd.get_mut(&fd).and_then(|e| e[slot(side)].as_mut()) else {
             return (None, None);
         };
         w.armed = None;
@@ -189,6 +177,23 @@ impl Watchers {
         w.pending = true;
         self.to_arm.push((fd, side));
         (Some(w.handle.clone_ref(py)), None)
+    }
+
+    /// Forgets every poll in flight and queues every watcher for arming: used when the
+    /// driver is replaced (a forked child), whose new driver knows none of the old tokens.
+    pub fn rearm_all(&mut self) {
+        self.by_token.clear();
+        self.work = DriverWork::default();
+        for (fd, entry) in self.by_fd.iter_mut() {
+            for (i, w) in entry.iter_mut().enumerate() {
+                if let Some(w) = w {
+                    w.armed = None;
+                    w.pending = true;
+                    let side = if i == 0 { Side::Read } else { Side::Write };
+                    self.to_arm.push((*fd, side));
+                }
+            }
+        }
     }
 
     /// Removes everything (loop close); returns the handles to drop outside locks.
