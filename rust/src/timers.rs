@@ -120,7 +120,11 @@ impl<T> TimerHeap<T> {
         let mut child = 2 * pos + 1;
         while child < end {
             let right = child + 1;
-            if right < end && !(self.heap[child].0 < self.heap[right].0) {
+            // heapq: `not heap[child] < heap[right]`; NaN deadlines make this differ from
+            // `>=`, and matching heapq exactly is the point.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            let take_right = right < end && !(self.heap[child].0 < self.heap[right].0);
+            if take_right {
                 child = right;
             }
             self.heap.swap(pos, child);
