@@ -139,11 +139,10 @@ const NAMES: &[(i32, &str)] = &[
 #[cfg(not(unix))]
 const NAMES: &[(i32, &str)] = &[];
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 
-    #[cfg(unix)]
     #[test]
     fn names_and_messages() {
         assert_eq!(errno_name(libc::EPERM), "EPERM");

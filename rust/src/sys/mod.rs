@@ -2,10 +2,10 @@
 //! lives here, each with a `// SAFETY:` line.
 //! Owns: raw syscalls and errno text. Not: deciding what to do with a result (callers).
 
-#[cfg(unix)]
-pub mod fd;
 #[cfg(target_os = "linux")]
 pub mod eventfd;
+#[cfg(unix)]
+pub mod fd;
 
 pub use errno::{errno_name, error_code, os_error, strerror, OsError};
 #[cfg(unix)]
@@ -17,6 +17,7 @@ mod errno;
 ///
 /// The expansion is an `unsafe` call: the caller writes the `// SAFETY:` line that says why
 /// the arguments are valid for that function.
+#[cfg(unix)]
 macro_rules! syscall {
     ($fn:ident ( $($arg:expr),* $(,)? )) => {{
         #[allow(unused_unsafe)]
@@ -29,6 +30,7 @@ macro_rules! syscall {
     }};
 }
 
+#[cfg(unix)]
 #[allow(unused_imports)]
 pub(crate) use syscall;
 

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
-use sources::{Added, Change, Sources};
+#[cfg(unix)]
+use sources::Added;
+use sources::{Change, Sources};
 
 #[cfg(unix)]
 use crate::driver::op::RawFd;
