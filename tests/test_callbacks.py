@@ -1,0 +1,438 @@
+"""call_soon / call_soon_threadsafe: order, arguments, contexts, cancellation, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import sys
+import threading
+import time
+
+import pytest
+
+
+def run_once(loop) -> None:
+    loop.stop()
+    loop.run_forever()
+
+
+def run_until_stopped(loop, safety: float = 10.0) -> None:
+    """run_forever with a safety stop so a bug fails the test instead of hanging it."""
+    guard = loop.call_later(safety, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+
+
+var = contextvars.ContextVar("var", default="default")
+
+
+# ----- order and arguments -----
+
+
+def test_call_soon_runs_in_fifo_order(loop):
+    out = []
+    for i in range(100):
+        loop.call_soon(out.append, i)
+    run_once(loop)
+    assert out == list(range(100))
+
+
+def test_call_soon_passes_positional_args(loop):
+    out = []
+    loop.call_soon(lambda *a: out.append(a))
+    loop.call_soon(lambda *a: out.append(a), 1)
+    loop.call_soon(lambda *a: out.append(a), 1, "two", None, (3,))
+    run_once(loop)
+    assert out == [(), (1,), (1, "two", None, (3,))]
+
+
+def test_call_soon_returns_handle(loop):
+    h = loop.call_soon(lambda: None)
+    assert not h.cancelled()
+    run_once(loop)
+
+
+def test_callbacks_scheduled_by_callbacks_run_next_iteration(loop):
+    iteration = [0]
+    out = []
+
+    def tick():  # one call per iteration: counts iterations
+        iteration[0] += 1
+        if iteration[0] < 5:
+            loop.call_soon(tick)
+
+    def first():
+        out.append(("first", iteration[0]))
+        loop.call_soon(lambda: out.append(("second", iteration[0])))
+
+    loop.call_soon(tick)
+    loop.call_soon(first)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert out == [("first", 1), ("second", 2)]
+
+
+def test_callbacks_ready_at_iteration_start_all_run_in_that_iteration(loop):
+    out = []
+    for i in range(3):
+        loop.call_soon(out.append, i)
+    loop.call_soon(lambda: loop.call_soon(out.append, "later"))
+    run_once(loop)
+    assert out == [0, 1, 2]
+    run_once(loop)
+    assert out == [0, 1, 2, "later"]
+
+
+# ----- contexts -----
+
+
+def test_callback_sees_the_context_it_was_given(loop):
+    ctx = contextvars.copy_context()
+    ctx.run(var.set, "given")
+    seen = []
+    loop.call_soon(lambda: seen.append(var.get()), context=ctx)
+    loop.call_soon(lambda: seen.append(var.get()))
+    run_once(loop)
+    assert seen == ["given", "default"]
+
+
+def test_set_in_callback_does_not_leak_to_other_callbacks(loop):
+    seen = []
+
+    def setter():
+        var.set("leaked?")
+        seen.append(("setter", var.get()))
+
+    loop.call_soon(setter)
+    loop.call_soon(lambda: seen.append(("other", var.get())))
+    run_once(loop)
+    assert seen == [("setter", "leaked?"), ("other", "default")]
+    assert var.get() == "default"
+
+
+def test_set_in_callback_lands_in_its_explicit_context(loop):
+    ctx = contextvars.Context()
+    loop.call_soon(var.set, "stored", context=ctx)
+    run_once(loop)
+    assert ctx[var] == "stored"
+    assert var.get() == "default"
+
+
+def test_default_context_is_a_copy_taken_at_call_time(loop):
+    seen = []
+    token = var.set("at-schedule")
+    try:
+        h = loop.call_soon(lambda: seen.append(var.get()))
+    finally:
+        var.reset(token)
+    var_after = var.get()
+    run_once(loop)
+    assert seen == ["at-schedule"]
+    assert var_after == "default"
+    if sys.version_info >= (3, 12):  # Handle.get_context() is 3.12+
+        ctx = h.get_context()
+        assert isinstance(ctx, contextvars.Context)
+        assert ctx[var] == "at-schedule"
+
+
+# ----- cancellation -----
+
+
+def test_handle_cancel(loop):
+    out = []
+    h = loop.call_soon(out.append, "cancelled")
+    loop.call_soon(out.append, "kept")
+    assert not h.cancelled()
+    h.cancel()
+    assert h.cancelled()
+    h.cancel()  # idempotent
+    assert h.cancelled()
+    run_once(loop)
+    assert out == ["kept"]
+
+
+def test_cancel_from_earlier_callback_in_same_batch(loop):
+    out = []
+    later = []
+    loop.call_soon(lambda: later[0].cancel())
+    later.append(loop.call_soon(out.append, "must not run"))
+    loop.call_soon(out.append, "runs")
+    run_once(loop)
+    assert out == ["runs"]
+
+
+def test_cancel_after_run_is_harmless(loop):
+    out = []
+    h = loop.call_soon(out.append, 1)
+    run_once(loop)
+    h.cancel()
+    assert h.cancelled()
+    run_once(loop)
+    assert out == [1]
+
+
+# ----- call_soon_threadsafe -----
+
+
+def test_call_soon_threadsafe_from_loop_thread(loop):
+    out = []
+    loop.call_soon(out.append, 1)
+    loop.call_soon_threadsafe(out.append, 2)
+    loop.call_soon(out.append, 3)
+    h = loop.call_soon_threadsafe(out.append, "cancelled")
+    h.cancel()
+    run_once(loop)
+    assert out == [1, 2, 3]
+
+
+def test_call_soon_threadsafe_from_threads_all_run_in_per_thread_order(loop):
+    n_threads, n_posts = 8, 500
+    out = []
+    done = []
+    start = threading.Barrier(n_threads)
+
+    def on_done():
+        done.append(1)
+        if len(done) == n_threads:
+            loop.stop()
+
+    def poster(t):
+        start.wait()
+        for i in range(n_posts):
+            loop.call_soon_threadsafe(out.append, (t, i))
+        loop.call_soon_threadsafe(on_done)
+
+    threads = [threading.Thread(target=poster, args=(t,)) for t in range(n_threads)]
+    loop.call_soon(lambda: [th.start() for th in threads])
+    run_until_stopped(loop)
+    for th in threads:
+        th.join()
+    assert len(out) == n_threads * n_posts
+    for t in range(n_threads):
+        assert [i for (tt, i) in out if tt == t] == list(range(n_posts))
+
+
+def test_call_soon_threadsafe_before_loop_runs(loop):
+    out = []
+    th = threading.Thread(target=lambda: loop.call_soon_threadsafe(out.append, "posted"))
+    th.start()
+    th.join()
+    run_once(loop)
+    assert out == ["posted"]
+
+
+def test_call_soon_threadsafe_wakes_a_blocked_loop(loop):
+    fut = loop.create_future()
+
+    def resolve():
+        time.sleep(0.05)
+        loop.call_soon_threadsafe(fut.set_result, "woken")
+
+    th = threading.Thread(target=resolve)
+    th.start()
+    # A safety stop makes a missed wake-up a RuntimeError rather than a hang.
+    guard = loop.call_later(10, loop.stop)
+    t0 = time.monotonic()
+    try:
+        assert loop.run_until_complete(fut) == "woken"
+    finally:
+        guard.cancel()
+        th.join()
+    assert time.monotonic() - t0 < 5
+
+
+def test_call_soon_threadsafe_wakes_a_loop_waiting_for_a_far_timer(loop):
+    out = []
+    far = loop.call_later(3600, out.append, "far")
+
+    def post():
+        time.sleep(0.05)
+        loop.call_soon_threadsafe(loop.stop)
+
+    th = threading.Thread(target=post)
+    th.start()
+    guard = loop.call_later(10, loop.stop)
+    t0 = time.monotonic()
+    loop.run_forever()
+    th.join()
+    guard.cancel()
+    far.cancel()
+    assert time.monotonic() - t0 < 5
+    assert out == []
+
+
+# ----- exceptions in callbacks -----
+
+
+def test_exception_in_callback_goes_to_handler_and_loop_continues(loop, handler_log):
+    out = []
+
+    def boom():
+        raise ZeroDivisionError("bad")
+
+    h = loop.call_soon(boom)
+    loop.call_soon(out.append, "after")
+    run_once(loop)
+    assert out == ["after"]
+    [ctx] = handler_log.take()
+    assert ctx["message"].startswith("Exception in callback ")
+    assert "boom" in ctx["message"]
+    assert isinstance(ctx["exception"], ZeroDivisionError)
+    assert ctx["handle"] is h
+    run_once(loop)  # still usable
+
+
+def test_exception_handler_receives_loop(loop, handler_log):
+    seen = []
+    loop.set_exception_handler(lambda lp, ctx: seen.append((lp, ctx["exception"])))
+    exc = ValueError("v")
+
+    def boom():
+        raise exc
+
+    loop.call_soon(boom)
+    run_once(loop)
+    assert seen == [(loop, exc)]
+    assert seen[0][0] is loop
+    assert handler_log.take() == []
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit])
+def test_kbi_and_systemexit_propagate_from_run_forever_and_loop_resumes(loop, exc_type):
+    out = []
+
+    def boom():
+        raise exc_type()
+
+    loop.call_soon(out.append, 1)
+    loop.call_soon(boom)
+    loop.call_soon(out.append, 2)
+    loop.call_soon(loop.stop)
+    with pytest.raises(exc_type):
+        loop.run_forever()
+    assert out == [1]
+    assert not loop.is_running()
+    loop.call_soon(out.append, 3)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    # the rest of the interrupted batch runs first, then what was added afterwards
+    assert out == [1, 2, 3]
+
+
+@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit])
+def test_kbi_and_systemexit_propagate_from_run_until_complete(loop, exc_type):
+    out = []
+
+    def boom():
+        raise exc_type()
+
+    async def main():
+        loop.call_soon(boom)
+        loop.call_soon(out.append, "queued")
+        await loop.create_future()  # never completes
+
+    task = loop.create_task(main())
+    with pytest.raises(exc_type):
+        loop.run_until_complete(task)
+    assert out == []
+    assert not task.done()
+    assert loop.run_until_complete(_sleep0(loop)) == "again"
+    assert out == ["queued"]
+    task.cancel()
+    loop.run_until_complete(_wait_cancelled(task))
+
+
+async def _sleep0(loop):
+    await asyncio.sleep(0)
+    return "again"
+
+
+async def _wait_cancelled(task):
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
+def test_other_base_exception_goes_to_handler(loop, handler_log):
+    class Custom(BaseException):
+        pass
+
+    out = []
+
+    def boom():
+        raise Custom()
+
+    loop.call_soon(boom)
+    loop.call_soon(out.append, "after")
+    run_once(loop)
+    assert out == ["after"]
+    [ctx] = handler_log.take()
+    assert isinstance(ctx["exception"], Custom)
+    assert ctx["message"].startswith("Exception in callback ")
+
+
+def test_error_in_custom_handler_falls_back_to_default(loop, caplog):
+    def bad_handler(lp, ctx):
+        raise RuntimeError("handler broke")
+
+    def boom():
+        raise ZeroDivisionError("original")
+
+    loop.set_exception_handler(bad_handler)
+    out = []
+    loop.call_soon(boom)
+    loop.call_soon(out.append, "after")
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        run_once(loop)
+    assert out == ["after"]
+    records = [r for r in caplog.records if r.name == "asyncio"]
+    assert len(records) == 1
+    rec = records[0]
+    assert rec.levelno == logging.ERROR
+    assert rec.getMessage().startswith("Unhandled error in exception handler")
+    assert "Exception in callback" in rec.getMessage()
+    assert rec.exc_info[0] is RuntimeError
+
+
+def test_set_exception_handler_rejects_non_callable(loop):
+    with pytest.raises(TypeError, match=r"^A callable object or None is expected, got 42$"):
+        loop.set_exception_handler(42)
+
+
+def test_get_exception_handler_roundtrip(loop):
+    def handler(lp, ctx):
+        pass
+
+    loop.set_exception_handler(handler)
+    assert loop.get_exception_handler() is handler
+    loop.set_exception_handler(None)
+    assert loop.get_exception_handler() is None
+
+
+def test_default_handler_logs_to_asyncio_logger(loop, caplog):
+    loop.set_exception_handler(None)
+
+    def boom():
+        raise KeyError("logged")
+
+    loop.call_soon(boom)
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        run_once(loop)
+    records = [r for r in caplog.records if r.name == "asyncio"]
+    assert len(records) == 1
+    rec = records[0]
+    assert rec.levelno == logging.ERROR
+    assert rec.getMessage().startswith("Exception in callback ")
+    assert "handle: <Handle " in rec.getMessage()
+    assert rec.exc_info[0] is KeyError
+
+
+def test_call_exception_handler_without_exception_logs_message(loop, caplog):
+    loop.set_exception_handler(None)
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        loop.call_exception_handler({"message": "custom message", "extra": 1})
+    [rec] = [r for r in caplog.records if r.name == "asyncio"]
+    assert rec.getMessage() == "custom message\nextra: 1"
+    assert not rec.exc_info
