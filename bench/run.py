@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""Core event-loop benchmark: every workload on every loop, each run in its own process.
+
+    python bench/run.py                                   # all loops found, 5 repeats
+    python bench/run.py --loops asyncio,uvloop,rloop,rsloop --repeat 7
+    python bench/run.py --quick                           # smoke test, < 2 minutes
+    python bench/run.py --loops asyncio,uvloop,rsloop,pypi-rsloop \\
+        --pypi-rsloop-python .venv-pypi-rsloop/bin/python
+
+For each repeat, for each workload, every loop runs once, in a fresh ``python
+bench/_child.py`` process (interleaved A B C A B C, so machine drift hits all loops
+alike). The table reports the median over the repeats. Results go to
+bench/results/<timestamp>.json and a Markdown table to stdout. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from workloads import WORKLOADS  # noqa: E402
+
+ALL_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
+DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
+OURS = ("rsloop", "rsloop-poll")
+NOT_INSTALLED = 3
+CHILD_TIMEOUT = 120.0  # seconds; every child is killed past this
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--loops", default=",".join(DEFAULT_LOOPS),
+                   help=f"comma-separated, from {','.join(ALL_LOOPS)} (default: all; "
+                        "missing ones are skipped with a note)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help=f"comma-separated, from {','.join(WORKLOADS)} (default: all)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="processes per (loop, workload); median reported (default 5, quick 3)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller sizes and 3 repeats: a smoke test that finishes in < 2 min")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply every workload size by this (default 1)")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter for the children (default: this one)")
+    p.add_argument("--pypi-rsloop-python", default=None, metavar="PATH",
+                   help="interpreter of a venv holding the older PyPI package 'rsloop' "
+                        "(default: .venv-pypi-rsloop/bin/python beside the repo, if present)")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up run in each child")
+    p.add_argument("--out", default=None,
+                   help="JSON results file (default bench/results/<UTC timestamp>.json)")
+    p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT,
+                   help=f"seconds before a child is killed (default {CHILD_TIMEOUT:g})")
+    a = p.parse_args(argv)
+    if a.repeat is None:
+        a.repeat = 3 if a.quick else 5
+    a.loops = [x.strip() for x in a.loops.split(",") if x.strip()]
+    a.workloads = [x.strip() for x in a.workloads.split(",") if x.strip()]
+    for x in a.loops:
+        if x not in ALL_LOOPS:
+            p.error(f"unknown loop {x!r}; choose from {', '.join(ALL_LOOPS)}")
+    for x in a.workloads:
+        if x not in WORKLOADS:
+            p.error(f"unknown workload {x!r}; choose from {', '.join(WORKLOADS)}")
+    if a.pypi_rsloop_python is None:
+        guess = HERE.parent / ".venv-pypi-rsloop" / "bin" / "python"
+        if guess.exists():
+            a.pypi_rsloop_python = str(guess)
+    return a
+
+
+def child_command(args, loop: str, workload: str, n: int, warm: int):
+    env = dict(os.environ)
+    env.pop("RSLOOP_BACKEND", None)
+    env.pop("PYTHONASYNCIODEBUG", None)
+    env["PYTHONHASHSEED"] = "0"
+    python = args.python
+    if loop == "rsloop-poll":
+        env["RSLOOP_BACKEND"] = "poll"
+    elif loop == "pypi-rsloop":
+        python = args.pypi_rsloop_python
+    return [python, str(HERE / "_child.py"), loop, workload, str(n), str(warm)], env
+
+
+def run_child(args, loop, workload, n, warm):
+    """One measurement: dict with the child's JSON, or {'skip': why} / {'error': why}."""
+    cmd, env = child_command(args, loop, workload, n, warm)
+    if cmd[0] is None:
+        return {"skip": "no --pypi-rsloop-python given (and no .venv-pypi-rsloop found)"}
+    if not os.path.exists(cmd[0]):
+        return {"skip": f"interpreter {cmd[0]} not found"}
+    try:
+        # cwd outside the repo, so the source tree's rsloop/ is never imported by accident.
+        proc = subprocess.run(cmd, env=env, cwd="/" if os.name != "nt" else None,
+                              capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {args.timeout:g} s"}
+    last = proc.stdout.strip().splitlines()[-1:] or [""]
+    try:
+        data = json.loads(last[0])
+    except ValueError:
+        data = {}
+    if proc.returncode == NOT_INSTALLED:
+        return {"skip": data.get("skip", "not installed")}
+    if proc.returncode != 0 or "ops_per_s" not in data:
+        tail = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        return {"error": f"exit {proc.returncode}: {tail}"}
+    return data
+
+
+def fmt_rate(x: float) -> str:
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e3:
+        return f"{x / 1e3:.0f}k"
+    return f"{x:.0f}"
+
+
+def summarize(loops, workloads, samples):
+    """{workload: {loop: summary}} from {(loop, workload): [child dicts]}."""
+    table = {}
+    for wl in workloads:
+        row = {}
+        for lp in loops:
+            runs = samples.get((lp, wl), [])
+            ok = [r for r in runs if "ops_per_s" in r]
+            if not ok:
+                why = next((r.get("skip") or r.get("error") for r in runs), "not run")
+                row[lp] = {"missing": why}
+                continue
+            rates = sorted(r["ops_per_s"] for r in ok)
+            med = statistics.median(rates)
+            row[lp] = {
+                "median_ops_per_s": med,
+                "median_seconds": statistics.median(r["seconds"] for r in ok),
+                "spread_pct": 100.0 * (rates[-1] - rates[0]) / med if med else 0.0,
+                "n_ok": len(ok),
+                "n_failed": len(runs) - len(ok),
+                "peak_rss_mib": statistics.median(r["peak_rss_kib"] for r in ok) / 1024,
+                "rss_growth_mib": statistics.median(
+                    r["peak_rss_kib"] - r["base_rss_kib"] for r in ok) / 1024,
+            }
+        base = row.get("asyncio", {}).get("median_ops_per_s")
+        for s in row.values():
+            if "median_ops_per_s" in s and base:
+                s["vs_asyncio"] = s["median_ops_per_s"] / base
+        peers = {lp: s["median_ops_per_s"] for lp, s in row.items()
+                 if lp not in OURS and "median_ops_per_s" in s}
+        ours = row.get("rsloop", {}).get("median_ops_per_s")
+        best = max(peers, key=peers.get) if peers else None
+        table[wl] = {"loops": row, "best_peer": best,
+                     "rsloop_vs_best_peer": (ours / peers[best]) if (ours and best) else None}
+    return table
+
+
+def markdown(loops, table, meta) -> str:
+    shown = [lp for lp in loops if any("median_ops_per_s" in table[w]["loops"][lp] for w in table)]
+    out = []
+    out.append(f"Core loop workloads: ops/s, median of {meta['repeat']} processes per cell "
+               f"(×asyncio in brackets); higher is better.")
+    out.append("")
+    out.append("| workload | " + " | ".join(shown) + " | rsloop / best peer |")
+    out.append("|---|" + "---:|" * len(shown) + "---|")
+    for wl, t in table.items():
+        cells = []
+        for lp in shown:
+            s = t["loops"][lp]
+            if "median_ops_per_s" not in s:
+                cells.append("–")
+            else:
+                cells.append(f"{fmt_rate(s['median_ops_per_s'])} ({s.get('vs_asyncio', 0):.2f}×)")
+        r = t["rsloop_vs_best_peer"]
+        cells.append(f"{r:.2f}× ({t['best_peer']})" if r else "–")
+        out.append(f"| {wl} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("Per loop: median time, spread (max-min)/median of ops/s over the repeats, "
+               "peak RSS (ru_maxrss of the child, MiB) and its growth over the RSS measured "
+               "after the loop was created.")
+    out.append("")
+    out.append("| workload | loop | ops/s | ×asyncio | time s | spread | peak RSS MiB | RSS growth MiB |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for wl, t in table.items():
+        for lp in shown:
+            s = t["loops"][lp]
+            if "median_ops_per_s" not in s:
+                out.append(f"| {wl} | {lp} | – | – | – | – | – | {s['missing']} |")
+                continue
+            fail = f" ({s['n_failed']} failed)" if s["n_failed"] else ""
+            out.append(
+                f"| {wl} | {lp} | {fmt_rate(s['median_ops_per_s'])}{fail} | "
+                f"{s.get('vs_asyncio', 0):.2f} | {s['median_seconds']:.3f} | "
+                f"{s['spread_pct']:.0f}% | {s['peak_rss_mib']:.1f} | {s['rss_growth_mib']:.1f} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    col = 2 if args.quick else 1
+    sizes = {wl: max(1, int(WORKLOADS[wl][col] * args.scale)) for wl in args.workloads}
+    samples: dict = {}
+    skipped: dict = {}
+    infos: dict = {}
+    t_start = time.time()
+    log = sys.stderr
+    print(f"# {len(args.loops)} loops x {len(args.workloads)} workloads x {args.repeat} "
+          f"repeats, one process each{' (quick)' if args.quick else ''}", file=log)
+    for rep in range(args.repeat):
+        for wl in args.workloads:
+            n = sizes[wl]
+            warm = 0 if args.no_warmup else max(1, n // 10)
+            for lp in args.loops:  # interleaved: A B C A B C
+                if lp in skipped:
+                    continue
+                r = run_child(args, lp, wl, n, warm)
+                samples.setdefault((lp, wl), []).append(r)
+                if "skip" in r:
+                    skipped[lp] = r["skip"]
+                    print(f"# skipping {lp}: {r['skip']}", file=log)
+                    continue
+                if "error" in r:
+                    print(f"# {lp} {wl} rep {rep}: ERROR {r['error']}", file=log)
+                    continue
+                infos.setdefault(lp, r.get("info", {}) | {"python": r.get("python")})
+                print(f"  rep {rep + 1}/{args.repeat} {wl:22s} {lp:12s} "
+                      f"{fmt_rate(r['ops_per_s']):>7s} ops/s  {r['seconds']:.3f} s  "
+                      f"peak {r['peak_rss_kib'] / 1024:.1f} MiB", file=log)
+    table = summarize(args.loops, args.workloads, samples)
+    try:
+        commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    meta = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "repeat": args.repeat,
+        "quick": args.quick,
+        "scale": args.scale,
+        "sizes": sizes,
+        "python": args.python,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "git_commit": commit,
+        "loops": args.loops,
+        "loop_info": infos,
+        "skipped": skipped,
+        "wall_seconds": round(time.time() - t_start, 1),
+        "command": " ".join([Path(sys.executable).name] + sys.argv),
+    }
+    out_path = Path(args.out) if args.out else HERE / "results" / (
+        meta["date_utc"].replace(":", "") + ("-quick" if args.quick else "") + ".json")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    raw = {f"{lp}/{wl}": v for (lp, wl), v in samples.items()}
+    out_path.write_text(json.dumps({"meta": meta, "table": table, "raw": raw}, indent=1))
+    md = markdown(args.loops, table, meta)
+    notes = []
+    for lp, info in infos.items():
+        bits = [f"{k}={v}" for k, v in info.items() if k in ("version", "backend", "backend_reason", "python") and v]
+        notes.append(f"- {lp}: " + ", ".join(bits))
+    for lp, why in skipped.items():
+        notes.append(f"- {lp}: skipped ({why})")
+    print(md)
+    print()
+    print(f"Loops:\n" + "\n".join(notes))
+    print(f"\n{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"rsloop commit {commit or '?'}, {meta['wall_seconds']} s wall. JSON: {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""Core event-loop workloads for ``bench/run.py``.
+
+Each workload is ``fn(loop, n) -> (ops, seconds)``: it does ``n`` units of work on an
+already created loop, times only the workload itself (set-up such as building
+argument lists or starting a thread is outside the timed region) and returns how many
+operations it performed and how long they took. Every workload checks its own result
+(a count that does not add up raises), so a loop that drops or duplicates work fails
+loudly instead of looking fast.
+
+This module is imported by ``bench/_child.py`` in a fresh interpreter per measurement;
+it uses only the public asyncio loop API, so it runs on any loop (and on any Python
+>= 3.8, since the ``pypi-rsloop`` column may run under another interpreter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import threading
+import time
+
+perf_counter = time.perf_counter
+
+
+def _run_forever(loop):
+    loop.run_forever()
+
+
+# 1. call_soon chain ------------------------------------------------------------------
+def call_soon_chain(loop, n):
+    """Each callback schedules the next one: one callback per loop iteration, so this
+    measures the cost of a whole ``_run_once`` iteration (poll with zero timeout +
+    ready-queue pop + call) more than call_soon alone."""
+    left = [n]
+    call_soon = loop.call_soon
+
+    def step():
+        left[0] -= 1
+        if left[0]:
+            call_soon(step)
+        else:
+            loop.stop()
+
+    call_soon(step)
+    t0 = perf_counter()
+    loop.run_forever()
+    dt = perf_counter() - t0
+    if left[0] != 0:
+        raise AssertionError(f"call_soon_chain: {left[0]} steps did not run")
+    return n, dt
+
+
+# 2. call_soon batch ------------------------------------------------------------------
+BATCH = 10_000
+
+
+def call_soon_batch(loop, n):
+    """Schedule BATCH callbacks from one callback, let one iteration run them all, and
+    repeat until ``n`` ran: measures call_soon + the ready-queue drain per callback
+    (the callback is a builtin counter, so almost no time is spent in Python code)."""
+    counter = itertools.count()
+    tick = counter.__next__
+    call_soon = loop.call_soon
+    batches = max(1, n // BATCH)
+    left = [batches]
+
+    def schedule_batch():
+        for _ in range(BATCH):
+            call_soon(tick)
+        left[0] -= 1
+        # FIFO: this runs after every callback of the batch above.
+        call_soon(schedule_batch if left[0] else loop.stop)
+
+    call_soon(schedule_batch)
+    t0 = perf_counter()
+    loop.run_forever()
+    dt = perf_counter() - t0
+    ran = next(counter)
+    if ran != batches * BATCH:
+        raise AssertionError(f"call_soon_batch: ran {ran}, expected {batches * BATCH}")
+    return ran, dt
+
+
+# 3. call_later with small random delays ------------------------------------------------
+TIMERS_ALIVE = 1_000
+MAX_DELAY = 0.001  # seconds
+
+
+def call_later_random(loop, n):
+    """TIMERS_ALIVE timer chains; each fired timer re-arms itself with a random delay in
+    [0, 1 ms) (seeded, drawn before timing) until ``n`` timers fired in total. Measures
+    timer-heap push/pop, the poll timeout computation and expiry under a heap of ~1000
+    live timers. A loop faster than the timers' own pace waits for them: the ceiling is
+    about TIMERS_ALIVE / (MAX_DELAY / 2) = 2 M timers/s."""
+    rng = random.Random(12345)
+    delays = [rng.random() * MAX_DELAY for _ in range(n + TIMERS_ALIVE)]
+    nxt = iter(delays).__next__
+    call_later = loop.call_later
+    fired = [0]
+    armed = [0]
+
+    def fire():
+        fired[0] += 1
+        if armed[0] < n:
+            armed[0] += 1
+            call_later(nxt(), fire)
+        elif fired[0] == n:
+            loop.stop()
+
+    def start():
+        for _ in range(min(TIMERS_ALIVE, n)):
+            armed[0] += 1
+            call_later(nxt(), fire)
+
+    loop.call_soon(start)
+    t0 = perf_counter()
+    loop.run_forever()
+    dt = perf_counter() - t0
+    if fired[0] != n:
+        raise AssertionError(f"call_later_random: fired {fired[0]}, expected {n}")
+    return n, dt
+
+
+# 4. schedule-then-cancel timers -------------------------------------------------------
+CANCEL_ROUND = 10_000
+
+
+def timer_cancel(loop, n):
+    """Rounds of CANCEL_ROUND call_later(far future) + cancel() of all of them, then a
+    few loop iterations (so the loop sees, and may compact or drop, the cancelled
+    timers). Measures handle creation, heap push and cancellation (typical of
+    timeouts that almost never fire)."""
+    rounds = max(1, n // CANCEL_ROUND)
+    counter = itertools.count()
+    tick = counter.__next__
+    sleep = asyncio.sleep
+
+    async def main():
+        call_later = loop.call_later
+        for _ in range(rounds):
+            handles = [call_later(3600.0 + i * 1e-6, tick) for i in range(CANCEL_ROUND)]
+            for h in handles:
+                h.cancel()
+            for _ in range(3):
+                await sleep(0)
+        return rounds * CANCEL_ROUND
+
+    t0 = perf_counter()
+    done = loop.run_until_complete(main())
+    dt = perf_counter() - t0
+    if next(counter) != 0:
+        raise AssertionError("timer_cancel: a cancelled timer ran")
+    return done, dt
+
+
+# 5. create_task + gather --------------------------------------------------------------
+GATHER = 1_000
+
+
+def gather_tasks(loop, n):
+    """Rounds of GATHER trivial coroutines wrapped by create_task and awaited with
+    gather(): measures Task creation, the first step scheduled with call_soon, the
+    done-callbacks and gather's bookkeeping."""
+    rounds = max(1, n // GATHER)
+
+    async def leaf(i):
+        return i
+
+    async def main():
+        create_task = loop.create_task
+        gather = asyncio.gather
+        total = 0
+        for _ in range(rounds):
+            res = await gather(*[create_task(leaf(i)) for i in range(GATHER)])
+            total += len(res)
+        return total
+
+    t0 = perf_counter()
+    total = loop.run_until_complete(main())
+    dt = perf_counter() - t0
+    if total != rounds * GATHER:
+        raise AssertionError(f"gather_tasks: {total} results, expected {rounds * GATHER}")
+    return total, dt
+
+
+# 6. future ping-pong ------------------------------------------------------------------
+def future_pingpong(loop, n):
+    """Two tasks hand a ball back and forth ``n`` times each: a task makes a fresh
+    future for itself, resolves the other task's future and awaits its own. Every
+    hand-off is a create_future + set_result + a task wake-up through the ready queue;
+    ops = hand-offs (2 n)."""
+    create_future = loop.create_future
+    futs = [create_future(), create_future()]
+    count = [0]
+
+    async def player(me):
+        other = 1 - me
+        for _ in range(n):
+            f = create_future()
+            futs[me] = f
+            futs[other].set_result(None)
+            count[0] += 1
+            await f
+        if not futs[other].done():
+            futs[other].set_result(None)
+
+    async def main():
+        await asyncio.gather(player(0), player(1))
+
+    t0 = perf_counter()
+    loop.run_until_complete(main())
+    dt = perf_counter() - t0
+    if count[0] != 2 * n:
+        raise AssertionError(f"future_pingpong: {count[0]} hand-offs, expected {2 * n}")
+    return 2 * n, dt
+
+
+# 7. call_soon_threadsafe from another thread ---------------------------------------------
+def call_soon_threadsafe(loop, n):
+    """A producer thread posts ``n`` callbacks with call_soon_threadsafe, then one that
+    stops the loop; time runs from the producer's start until the loop has run all of
+    them. Measures the inject queue, the wake-up of the loop thread and batching."""
+    counter = itertools.count()
+    tick = counter.__next__
+    post = loop.call_soon_threadsafe
+    go = threading.Event()
+
+    def producer():
+        go.wait()
+        for _ in range(n):
+            post(tick)
+        post(loop.stop)
+
+    th = threading.Thread(target=producer, daemon=True)
+    th.start()
+    loop.call_soon(go.set)
+    t0 = perf_counter()
+    loop.run_forever()
+    dt = perf_counter() - t0
+    th.join(60)
+    ran = next(counter)
+    if ran != n:
+        raise AssertionError(f"call_soon_threadsafe: ran {ran}, expected {n}")
+    return n, dt
+
+
+# name -> (function, full size, quick size). Sizes aim at ~0.3-1 s on stdlib asyncio
+# on the project's 2-core machine (see bench/README.md).
+WORKLOADS = {
+    "call_soon_chain": (call_soon_chain, 150_000, 15_000),
+    "call_soon_batch": (call_soon_batch, 300_000, 30_000),
+    "call_later_random": (call_later_random, 100_000, 10_000),
+    "timer_cancel": (timer_cancel, 100_000, 10_000),
+    "gather_tasks": (gather_tasks, 60_000, 6_000),
+    "future_pingpong": (future_pingpong, 50_000, 5_000),
+    "call_soon_threadsafe": (call_soon_threadsafe, 100_000, 10_000),
+}
