@@ -513,3 +513,36 @@ fn fork_child_abandons_without_breaking_parent() {
         d.wait(None, &mut Vec::new()).unwrap();
     }
 }
+
+#[test]
+fn ops_survive_the_exit_of_the_thread_that_submitted_them() {
+    // The kernel cancels an exiting thread's io_uring requests; the driver must hide that.
+    for (name, d) in drivers() {
+        let (a, mut b) = pair();
+        let fd = a.as_raw_fd();
+        let mut d = std::thread::spawn(move || {
+            let mut d = d;
+            d.submit(1, poll(fd, R)).unwrap();
+            d.wait(Some(Duration::from_millis(5)), &mut Vec::new())
+                .unwrap();
+            d
+        })
+        .join()
+        .unwrap();
+        quiet(name, &mut d);
+        b.write_all(b"x").unwrap();
+        assert_eq!(collect(&mut d, 1), vec![c(1, 1)], "{name}");
+        // The waker (armed by the dead thread too) still works.
+        let w = d.waker();
+        let th = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            w.wake().unwrap();
+        });
+        let t = Instant::now();
+        d.wait(None, &mut Vec::new()).unwrap();
+        th.join().unwrap();
+        assert!(t.elapsed() < PATIENCE, "{name}");
+        d.cancel(1).unwrap();
+        quiet(name, &mut d);
+    }
+}

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use crate::driver::op::{Interest, Token};
+use crate::driver::op::{Interest, RawFd, Token};
 
 /// The largest `user_data` this table hands out; internal tokens are above it.
 pub(super) const MAX_USER_DATA: u64 = (1 << 63) - 1;
@@ -20,6 +20,8 @@ const GENERATION_MASK: u32 = (1 << 31) - 1;
 pub(super) struct Entry {
     /// The caller's token.
     pub(super) token: Token,
+    /// For Poll: the fd watched.
+    pub(super) fd: RawFd,
     /// For Poll: what it waits for (error conditions report all of it).
     pub(super) interest: Interest,
 }
@@ -46,7 +48,7 @@ impl Inflight {
     }
 
     /// Records an op; `None` if `token` already has one in flight.
-    pub(super) fn insert(&mut self, token: Token, interest: Interest) -> Option<u64> {
+    pub(super) fn insert(&mut self, token: Token, fd: RawFd, interest: Interest) -> Option<u64> {
         if self.by_token.contains_key(&token) {
             return None;
         }
@@ -58,7 +60,11 @@ impl Inflight {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.entry = Some(Entry { token, interest });
+        slot.entry = Some(Entry {
+            token,
+            fd,
+            interest,
+        });
         slot.cancel_sent = false;
         let user_data = (u64::from(slot.generation) << 32) | u64::from(index);
         self.by_token.insert(token, user_data);
@@ -75,6 +81,12 @@ impl Inflight {
         }
         slot.cancel_sent = true;
         Some(user_data)
+    }
+
+    /// The op behind `user_data` and whether a cancel was sent for it, without taking it.
+    pub(super) fn get(&mut self, user_data: u64) -> Option<(Entry, bool)> {
+        let slot = self.slot_mut(user_data)?;
+        Some((slot.entry?, slot.cancel_sent))
     }
 
     /// Forgets that a cancel was sent (its SQE could not be queued).
@@ -114,16 +126,18 @@ mod tests {
     #[test]
     fn insert_complete_reuse() {
         let mut t = Inflight::default();
-        let a = t.insert(10, Interest::READABLE).unwrap();
+        let a = t.insert(10, 3, Interest::READABLE).unwrap();
         assert!(
-            t.insert(10, Interest::READABLE).is_none(),
+            t.insert(10, 3, Interest::READABLE).is_none(),
             "duplicate token"
         );
+        assert_eq!(t.get(a).map(|(e, sent)| (e.fd, sent)), Some((3, false)));
         assert_eq!(t.cancel_target(10), Some(a));
+        assert_eq!(t.get(a).map(|(_, sent)| sent), Some(true));
         assert_eq!(t.cancel_target(10), None, "cancel sent once");
         assert_eq!(t.complete(a).map(|e| e.token), Some(10));
         assert_eq!(t.complete(a), None);
-        let b = t.insert(11, Interest::WRITABLE).unwrap();
+        let b = t.insert(11, 3, Interest::WRITABLE).unwrap();
         assert_ne!(a, b, "reused slot has a new generation");
         assert_eq!(a & 0xffff_ffff, b & 0xffff_ffff);
         assert_eq!(t.complete(a), None, "stale user_data");

@@ -7,7 +7,9 @@
 //! `submit` and completes with `-EBADF` in the next `wait` (the kernel checks the fd when it
 //! reads the SQE). A regular file polls as always ready; the loop rejects those up front with
 //! `sys::fd_check_pollable`. An op whose submitting thread exits is cancelled by the kernel
-//! (`-ECANCELED`), like every io_uring request of an exiting task.
+//! (`-ECANCELED`) when it next fires, like every io_uring request of an exiting task; the
+//! driver re-arms such ops from the waiting thread, so `-ECANCELED` still means "you
+//! cancelled it".
 
 mod inflight;
 mod ops;
@@ -92,6 +94,8 @@ pub struct UringDriver {
     /// The waker op is in the ring (queued or in flight).
     wake_armed: bool,
     inflight: Inflight,
+    /// Scratch: ops the kernel cancelled behind our back, to re-arm after a reap.
+    rearm: Vec<u64>,
     ext_arg: bool,
     /// Read by the kernel when a TIMEOUT SQE is submitted (no `EXT_ARG`); boxed so its
     /// address stays put even if the driver moves while that SQE is still queued.
@@ -124,6 +128,7 @@ impl UringDriver {
             wake_mode,
             wake_armed: false,
             inflight: Inflight::default(),
+            rearm: Vec::new(),
             ext_arg: features.ext_arg && !options.no_ext_arg,
             timeout_ts: Box::default(),
             counters: DriverCounters::default(),
@@ -136,7 +141,7 @@ impl UringDriver {
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
         let Op::Poll { fd, interest } = op;
         check_op(token, interest)?;
-        let Some(user_data) = self.inflight.insert(token, interest) else {
+        let Some(user_data) = self.inflight.insert(token, fd, interest) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "driver: token already has an operation in flight",
@@ -315,8 +320,16 @@ impl UringDriver {
                 }
                 TOKEN_CANCEL | TOKEN_TIMEOUT => {}
                 user_data => {
+                    let res = cqe.result();
+                    if res == -libc::ECANCELED {
+                        if let Some((_, false)) = self.inflight.get(user_data) {
+                            // Not our cancel: the thread that submitted the op exited and
+                            // the kernel dropped its requests. Re-arm it from this thread.
+                            self.rearm.push(user_data);
+                            continue;
+                        }
+                    }
                     if let Some(entry) = self.inflight.complete(user_data) {
-                        let res = cqe.result();
                         out.push(Completion {
                             token: entry.token,
                             result: if res >= 0 {
@@ -329,6 +342,21 @@ impl UringDriver {
                 }
             }
         }
+        for i in 0..self.rearm.len() {
+            let user_data = self.rearm[i];
+            let Some((entry, _)) = self.inflight.get(user_data) else {
+                continue;
+            };
+            let sqe = ops::poll_add(entry.fd, entry.interest).user_data(user_data);
+            if self.push(&sqe).is_err() {
+                self.inflight.complete(user_data);
+                out.push(Completion {
+                    token: entry.token,
+                    result: -libc::ECANCELED,
+                });
+            }
+        }
+        self.rearm.clear();
         if woken {
             // A polled eventfd stays readable until drained; the next POLL_ADD would
             // complete at once otherwise. A failed drain only costs a spurious wake.
