@@ -251,10 +251,9 @@ impl UringDriver {
             // SAFETY: every SQE this driver builds points only at memory that outlives the
             // op: POLL_ADD and ASYNC_CANCEL carry no pointer; the waker READ targets
             // `wake_buf`, freed only after that READ's final CQE or never (see `Drop`); a
-            // TIMEOUT points at `timeout_ts`, boxed in `self` and read by the kernel when the
-            // SQE is submitted, which happens before `self` is dropped (Drop never submits
-            // with a stale TIMEOUT: a queued one is submitted by the enter Drop makes or
-            // discarded with the ring).
+            // TIMEOUT points at `timeout_ts`, boxed in `self` (stable address) and copied by
+            // the kernel when the SQE is submitted; `Drop` closes the ring before the box is
+            // freed, so a TIMEOUT still queued then is never read.
             if unsafe { self.ring.submission().push(entry) }.is_ok() {
                 return Ok(());
             }
