@@ -36,7 +36,7 @@ impl From<Error> for PyErr {
 
 /// `OSError(errno, strerror)` for an `io::Error` that has an errno, else `OSError(text)`.
 pub fn os_error(e: &io::Error) -> PyErr {
-    match e.raw_os_error() {
+    match crate::sys::error_code(e) {
         Some(code) => PyOSError::new_err((code, crate::sys::strerror(code))),
         None => PyOSError::new_err(e.to_string()),
     }

@@ -15,9 +15,6 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _rsloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add(
-        "BUILD_URING",
-        cfg!(uring),
-    )?;
+    m.add("BUILD_URING", cfg!(uring))?;
     py::register(m)
 }

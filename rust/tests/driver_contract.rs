@@ -26,7 +26,7 @@ fn drivers() -> Vec<(&'static str, Driver)> {
         "poll",
         driver::select(Requested::Poll).expect("poll driver").0,
     )];
-    #[cfg(target_os = "linux")]
+    #[cfg(uring)]
     {
         use _rsloop::driver::uring::{UringDriver, UringOptions};
         match UringDriver::new() {

@@ -2,7 +2,7 @@
 //! seccomp filter, the way container runtimes refuse io_uring), the ENOMEM retry, fork, drop.
 //! Every test skips (printing the reason) when this machine cannot create a ring at all.
 
-#![cfg(target_os = "linux")]
+#![cfg(uring)]
 
 use std::io::Write;
 use std::os::fd::AsRawFd;

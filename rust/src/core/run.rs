@@ -41,7 +41,7 @@ impl LoopCore {
         }
         let (driver, reason) = driver::select(self.requested).map_err(|e| {
             let msg = format!("rsloop: cannot create the {:?} driver: {e}", self.requested);
-            match e.raw_os_error() {
+            match crate::sys::error_code(&e) {
                 Some(code) => pyo3::exceptions::PyOSError::new_err((code, msg)),
                 None => pyo3::exceptions::PyOSError::new_err(msg),
             }

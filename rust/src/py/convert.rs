@@ -11,7 +11,10 @@ pub fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<i32> {
     } else {
         let as_int = obj
             .call_method0("fileno")
-            .and_then(|n| n.call_method0("__index__").or_else(|_| n.call_method0("__int__")))
+            .and_then(|n| {
+                n.call_method0("__index__")
+                    .or_else(|_| n.call_method0("__int__"))
+            })
             .and_then(|n| n.extract::<i64>());
         match as_int {
             Ok(fd) => fd,

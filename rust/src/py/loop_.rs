@@ -66,7 +66,11 @@ impl Loop {
             _ => copy_context(py)?,
         };
         let tb = if debug {
-            Some(format_module(py)?.call_method0(intern!(py, "extract_stack"))?.unbind())
+            Some(
+                format_module(py)?
+                    .call_method0(intern!(py, "extract_stack"))?
+                    .unbind(),
+            )
         } else {
             None
         };
@@ -391,15 +395,9 @@ impl Loop {
         d.set_item("inject_batches", s.inject_batches.get())?;
         d.set_item("inject_max_batch", s.inject_max_batch.get())?;
         d.set_item("wakeups", s.wakeups.load(Ordering::Relaxed))?;
-        d.set_item(
-            "submissions",
-            s.driver.submissions.load(Ordering::Relaxed),
-        )?;
+        d.set_item("submissions", s.driver.submissions.load(Ordering::Relaxed))?;
         d.set_item("kernel_enters", s.driver.enters.load(Ordering::Relaxed))?;
-        d.set_item(
-            "completions",
-            s.driver.completions.load(Ordering::Relaxed),
-        )?;
+        d.set_item("completions", s.driver.completions.load(Ordering::Relaxed))?;
         d.set_item("ready", lock(&self.core.ready).len())?;
         d.set_item("timers", lock(&self.core.timers).len())?;
         d.set_item("fd_watchers", lock(&self.core.watchers).len())?;
