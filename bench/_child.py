@@ -98,6 +98,14 @@ def _pypi_rsloop():
         info["version"] = metadata.version("rsloop")
     except metadata.PackageNotFoundError:
         pass
+    build = getattr(rsloop, "build_info", None)
+    if callable(build):
+        try:
+            b = build()
+            info["backend"] = b.get("reactor")
+            info["build_profile"] = b.get("profile")
+        except Exception as exc:  # informational only
+            info["build_info_error"] = repr(exc)
     return rsloop.new_event_loop(), info
 
 

@@ -48,7 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--repeat", type=int, default=None,
                    help="processes per (loop, workload); median reported (default 5, quick 3)")
     p.add_argument("--quick", action="store_true",
-                   help="smaller sizes and 3 repeats: a smoke test that finishes in < 2 min")
+                   help="smaller sizes (~1/4) and 3 repeats: a smoke test that finishes in < 2 min")
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiply every workload size by this (default 1)")
     p.add_argument("--python", default=sys.executable,
@@ -184,7 +184,7 @@ def markdown(loops, table, meta) -> str:
         out.append(f"| {wl} | " + " | ".join(cells) + " |")
     out.append("")
     out.append("Per loop: median time, spread (max-min)/median of ops/s over the repeats, "
-               "peak RSS (ru_maxrss of the child, MiB) and its growth over the RSS measured "
+               "peak RSS of the child (VmHWM, MiB) and its growth over the RSS measured "
                "after the loop was created.")
     out.append("")
     out.append("| workload | loop | ops/s | ×asyncio | time s | spread | peak RSS MiB | RSS growth MiB |")

@@ -83,16 +83,16 @@ def call_soon_batch(loop, n):
 
 
 # 3. call_later with small random delays ------------------------------------------------
-TIMERS_ALIVE = 1_000
+TIMERS_ALIVE = 5_000
 MAX_DELAY = 0.001  # seconds
 
 
 def call_later_random(loop, n):
     """TIMERS_ALIVE timer chains; each fired timer re-arms itself with a random delay in
     [0, 1 ms) (seeded, drawn before timing) until ``n`` timers fired in total. Measures
-    timer-heap push/pop, the poll timeout computation and expiry under a heap of ~1000
+    timer-heap push/pop, the poll timeout computation and expiry under a heap of ~5000
     live timers. A loop faster than the timers' own pace waits for them: the ceiling is
-    about TIMERS_ALIVE / (MAX_DELAY / 2) = 2 M timers/s."""
+    about TIMERS_ALIVE / (MAX_DELAY / 2) = 10 M timers/s."""
     rng = random.Random(12345)
     delays = [rng.random() * MAX_DELAY for _ in range(n + TIMERS_ALIVE)]
     nxt = iter(delays).__next__
@@ -248,11 +248,11 @@ def call_soon_threadsafe(loop, n):
 # name -> (function, full size, quick size). Sizes aim at ~0.3-1 s on stdlib asyncio
 # on the project's 2-core machine (see bench/README.md).
 WORKLOADS = {
-    "call_soon_chain": (call_soon_chain, 150_000, 15_000),
-    "call_soon_batch": (call_soon_batch, 300_000, 30_000),
-    "call_later_random": (call_later_random, 100_000, 10_000),
-    "timer_cancel": (timer_cancel, 100_000, 10_000),
-    "gather_tasks": (gather_tasks, 60_000, 6_000),
-    "future_pingpong": (future_pingpong, 50_000, 5_000),
-    "call_soon_threadsafe": (call_soon_threadsafe, 100_000, 10_000),
+    "call_soon_chain": (call_soon_chain, 150_000, 40_000),
+    "call_soon_batch": (call_soon_batch, 300_000, 80_000),
+    "call_later_random": (call_later_random, 100_000, 25_000),
+    "timer_cancel": (timer_cancel, 100_000, 30_000),
+    "gather_tasks": (gather_tasks, 60_000, 15_000),
+    "future_pingpong": (future_pingpong, 50_000, 12_000),
+    "call_soon_threadsafe": (call_soon_threadsafe, 100_000, 25_000),
 }
