@@ -17,7 +17,7 @@ import sys
 import threading
 import traceback
 import warnings
-from asyncio import events, futures, tasks
+from asyncio import constants, events, futures, tasks
 
 from . import _compat, _format
 from ._rsloop import Loop as _NativeLoop
@@ -380,7 +380,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             return
         if enabled:
             self._coroutine_origin_tracking_saved_depth = sys.get_coroutine_origin_tracking_depth()
-            sys.set_coroutine_origin_tracking_depth(events._DEBUG_STACK_DEPTH)
+            sys.set_coroutine_origin_tracking_depth(constants.DEBUG_STACK_DEPTH)
         else:
             sys.set_coroutine_origin_tracking_depth(self._coroutine_origin_tracking_saved_depth)
         self._coroutine_origin_tracking_enabled = enabled

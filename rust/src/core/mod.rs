@@ -35,18 +35,26 @@ pub struct BackendInfo {
     pub reason: Option<String>,
 }
 
-/// State of one event loop.
-pub struct LoopCore {
+/// The queues, under one lock: the loop takes it three times per iteration (before the
+/// wait, after it, and to re-check before sleeping), a scheduling call once.
+#[derive(Default)]
+pub struct Queues {
     /// Callbacks ready to run, in order. Also the cross-thread inbox: `call_soon_threadsafe`
     /// appends here exactly as asyncio appends to `_ready`, and the loop takes the whole
     /// queue in one swap per iteration.
-    pub ready: Mutex<VecDeque<Py<Handle>>>,
+    pub ready: VecDeque<Py<Handle>>,
     /// Scheduled timers.
-    pub timers: Mutex<TimerHeap<Py<TimerHandle>>>,
+    pub timers: TimerHeap<Py<TimerHandle>>,
+    /// fd watchers.
+    pub watchers: Watchers,
+}
+
+/// State of one event loop.
+pub struct LoopCore {
+    /// Ready queue, timers, watchers.
+    pub queues: Mutex<Queues>,
     /// Cancelled timers still in the heap (asyncio's `_timer_cancelled_count`).
     pub cancelled_timers: Arc<AtomicUsize>,
-    /// fd watchers.
-    pub watchers: Mutex<Watchers>,
     /// The driver, created on the thread that first runs the loop. Only the loop thread
     /// locks it, including across the GIL-free kernel wait.
     pub driver: Mutex<Option<Driver>>,
@@ -79,10 +87,8 @@ impl LoopCore {
     /// A new, idle loop. The driver itself is created when the loop first runs.
     pub fn new(requested: Requested, backend: BackendInfo) -> Self {
         LoopCore {
-            ready: Mutex::new(VecDeque::new()),
-            timers: Mutex::new(TimerHeap::new()),
+            queues: Mutex::new(Queues::default()),
             cancelled_timers: Arc::new(AtomicUsize::new(0)),
-            watchers: Mutex::new(Watchers::default()),
             driver: Mutex::new(None),
             waker: Mutex::new(None),
             needs_wake: AtomicBool::new(false),
@@ -113,12 +119,12 @@ impl LoopCore {
     /// Appends a ready handle (`call_soon`).
     #[inline]
     pub fn push_ready(&self, handle: Py<Handle>) {
-        lock(&self.ready).push_back(handle);
+        lock(&self.queues).ready.push_back(handle);
     }
 
     /// Appends a ready handle from any thread and wakes the driver if it sleeps.
     pub fn push_ready_threadsafe(&self, handle: Py<Handle>) {
-        lock(&self.ready).push_back(handle);
+        lock(&self.queues).ready.push_back(handle);
         self.stats.threadsafe_calls.fetch_add(1, Ordering::Relaxed);
         self.wake();
     }
@@ -136,25 +142,23 @@ impl LoopCore {
 
     /// Pushes a timer onto the heap.
     pub fn push_timer(&self, when: f64, timer: Py<TimerHandle>) {
-        lock(&self.timers).push(when, timer);
+        lock(&self.queues).timers.push(when, timer);
     }
 
     /// Empties every queue and drops the driver (loop close). Returns the Python objects
     /// removed so the caller drops them with no lock held.
     pub fn clear(&self) -> Vec<Py<PyAny>> {
         let mut out: Vec<Py<PyAny>> = Vec::new();
-        out.extend(
-            std::mem::take(&mut *lock(&self.ready))
-                .into_iter()
-                .map(Py::into_any),
-        );
-        let timers = lock(&self.timers).drain();
+        let mut q = lock(&self.queues);
+        out.extend(std::mem::take(&mut q.ready).into_iter().map(Py::into_any));
+        let timers = q.timers.drain();
         for t in &timers {
             t.get().unschedule();
         }
         out.extend(timers.into_iter().map(Py::into_any));
         self.cancelled_timers.store(0, Ordering::Relaxed);
-        out.extend(lock(&self.watchers).clear().into_iter().map(Py::into_any));
+        out.extend(q.watchers.clear().into_iter().map(Py::into_any));
+        drop(q);
         *lock(&self.waker) = None;
         if let Some(d) = lock(&self.driver).take() {
             if d.is_inherited() {

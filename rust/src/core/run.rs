@@ -11,7 +11,8 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::{BackendInfo, LoopCore, MAX_WAIT_SECS};
+use super::watchers::DriverWork;
+use super::{BackendInfo, LoopCore, Queues, MAX_WAIT_SECS};
 use crate::driver::{self, Completion, Op, Requested};
 use crate::errors::os_error;
 use crate::handles::{lock, Handle, RunOutcome};
@@ -37,7 +38,7 @@ impl LoopCore {
         }
         if let Some(old) = slot.take() {
             old.abandon();
-            lock(&self.watchers).rearm_all();
+            lock(&self.queues).watchers.rearm_all();
         }
         let (driver, reason) = driver::select(self.requested).map_err(|e| {
             let msg = format!("rsloop: cannot create the {:?} driver: {e}", self.requested);
@@ -89,33 +90,36 @@ impl LoopCore {
         scratch: &mut Scratch,
     ) -> PyResult<()> {
         self.stats.iterations.add(1);
-        self.drop_cancelled_timers(py, scratch);
-
-        // Timeout: zero if anything is ready or we are stopping, else until the next timer.
-        let ready_now = !lock(&self.ready).is_empty();
-        let mut timeout = if ready_now || self.stopping.load(Ordering::Relaxed) {
-            Some(0.0)
-        } else {
-            lock(&self.timers)
-                .peek()
-                .map(|(when, _)| wait_for(when - self.time()))
+        let (mut timeout, work) = {
+            let mut q = lock(&self.queues);
+            self.drop_cancelled_timers(py, &mut q, scratch);
+            // Zero if anything is ready or we are stopping, else until the next timer.
+            let timeout = if !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed) {
+                Some(0.0)
+            } else {
+                q.timers.peek().map(|(when, _)| wait_for(when - self.time()))
+            };
+            (timeout, q.watchers.take_work())
         };
-
-        self.poll_driver(py, &mut timeout, scratch)?;
-        self.process_completions(py, scratch);
-        self.fire_timers(py);
+        self.poll_driver(py, &mut timeout, work, scratch)?;
+        {
+            let mut q = lock(&self.queues);
+            self.process_completions(py, &mut q, scratch);
+            self.fire_timers(py, &mut q);
+            std::mem::swap(&mut scratch.batch, &mut q.ready);
+        }
         drop(std::mem::take(&mut scratch.to_drop));
         self.run_ready(py, loop_obj, scratch)
     }
 
     // mirrors _run_once's first block: compact the heap when cancelled timers dominate,
     // else pop cancelled ones off the top.
-    fn drop_cancelled_timers(&self, py: Python<'_>, scratch: &mut Scratch) {
+    fn drop_cancelled_timers(&self, py: Python<'_>, q: &mut Queues, scratch: &mut Scratch) {
         let cancelled = self.cancelled_timers.load(Ordering::Relaxed);
         if cancelled == 0 {
             return;
         }
-        let mut timers = lock(&self.timers);
+        let timers = &mut q.timers;
         if should_compact(timers.len(), cancelled) {
             let removed =
                 timers.retain_and_heapify(|t| !t.bind(py).as_super().get().is_cancelled());
@@ -138,18 +142,18 @@ impl LoopCore {
         }
     }
 
-    // Flushes watcher work to the driver and waits (GIL released only if we may block).
+    // Hands watcher work to the driver and waits (GIL released only if we may block).
     fn poll_driver(
         &self,
         py: Python<'_>,
         timeout: &mut Option<f64>,
+        work: DriverWork,
         scratch: &mut Scratch,
     ) -> PyResult<()> {
         let mut slot = lock(&self.driver);
         let Some(driver) = slot.as_mut() else {
             return Ok(());
         };
-        let work = lock(&self.watchers).take_work();
         for token in work.cancel {
             driver.cancel(token).map_err(|e| os_error(&e))?;
         }
@@ -159,7 +163,7 @@ impl LoopCore {
                 interest: side.interest(),
             };
             if driver.submit(token, op).is_err() {
-                lock(&self.watchers).arm_failed(token);
+                lock(&self.queues).watchers.arm_failed(token);
             }
         }
 
@@ -168,7 +172,7 @@ impl LoopCore {
             // Announce the sleep, then look once more: a post that raced us is either seen
             // here or sees `needs_wake` and wakes the driver.
             self.needs_wake.store(true, Ordering::SeqCst);
-            if !lock(&self.ready).is_empty() {
+            if !lock(&self.queues).ready.is_empty() {
                 self.needs_wake.store(false, Ordering::SeqCst);
                 *timeout = Some(0.0);
             }
@@ -195,47 +199,41 @@ impl LoopCore {
         Ok(())
     }
 
-    fn process_completions(&self, py: Python<'_>, scratch: &mut Scratch) {
+    fn process_completions(&self, py: Python<'_>, q: &mut Queues, scratch: &mut Scratch) {
         if scratch.completions.is_empty() {
             return;
         }
         let mut queued = 0;
-        {
-            let mut watchers = lock(&self.watchers);
-            let mut ready = lock(&self.ready);
-            for c in scratch.completions.drain(..) {
-                let (run, removed) = watchers.complete(py, c.token, c.result);
-                if let Some(h) = run {
-                    ready.push_back(h);
-                    queued += 1;
-                }
-                if let Some(h) = removed {
-                    scratch.to_drop.push(h.into_any());
-                }
+        for c in scratch.completions.drain(..) {
+            let (run, removed) = q.watchers.complete(py, c.token, c.result);
+            if let Some(h) = run {
+                q.ready.push_back(h);
+                queued += 1;
+            }
+            if let Some(h) = removed {
+                scratch.to_drop.push(h.into_any());
             }
         }
         self.stats.io_events.add(queued);
     }
 
     // mirrors _run_once: "Handle 'later' callbacks that are ready."
-    fn fire_timers(&self, py: Python<'_>) {
-        let mut timers = lock(&self.timers);
-        let Some((first, _)) = timers.peek() else {
+    fn fire_timers(&self, py: Python<'_>, q: &mut Queues) {
+        let Some((first, _)) = q.timers.peek() else {
             return;
         };
         let end_time = self.time() + self.clock_resolution;
         if first >= end_time {
             return;
         }
-        let mut ready = lock(&self.ready);
         let mut fired = 0;
-        while let Some((when, _)) = timers.peek() {
+        while let Some((when, _)) = q.timers.peek() {
             if when >= end_time {
                 break;
             }
-            let Some((_, t)) = timers.pop() else { break };
+            let Some((_, t)) = q.timers.pop() else { break };
             t.get().unschedule();
-            ready.push_back(t.bind(py).clone().into_super().unbind());
+            q.ready.push_back(t.bind(py).clone().into_super().unbind());
             fired += 1;
         }
         self.stats.timers_fired.add(fired);
@@ -248,7 +246,6 @@ impl LoopCore {
         loop_obj: &Bound<'_, PyAny>,
         scratch: &mut Scratch,
     ) -> PyResult<()> {
-        std::mem::swap(&mut scratch.batch, &mut *lock(&self.ready));
         self.count_inject_batch();
         let debug = self.debug();
         let mut ran = 0;
@@ -272,11 +269,11 @@ impl LoopCore {
                 if let Err(fatal) = self.report_callback_error(py, loop_obj, &handle, err) {
                     // KeyboardInterrupt / SystemExit: leave the rest of the batch queued in
                     // front of anything added since, as asyncio's deque would.
-                    let mut ready = lock(&self.ready);
+                    let mut q = lock(&self.queues);
                     while let Some(rest) = scratch.batch.pop_back() {
-                        ready.push_front(rest);
+                        q.ready.push_front(rest);
                     }
-                    drop(ready);
+                    drop(q);
                     self.stats.callbacks.add(ran);
                     return Err(fatal);
                 }

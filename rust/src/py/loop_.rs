@@ -117,11 +117,11 @@ impl Loop {
         self.check_closed()?;
         let debug = self.core.debug();
         let handle = Py::new(py, self.new_handle(py, callback, args, None, debug)?)?;
-        let already = lock(&self.core.watchers).get(py, fd, side).is_some();
+        let already = lock(&self.core.queues).watchers.get(py, fd, side).is_some();
         if !already {
             crate::sys::fd_check_pollable(fd).map_err(|e| crate::errors::os_error(&e))?;
         }
-        let replaced = lock(&self.core.watchers).add(fd, side, handle);
+        let replaced = lock(&self.core.queues).watchers.add(fd, side, handle);
         if let Some(old) = replaced {
             Handle::cancel_inner(old.bind(py))?;
         }
@@ -133,7 +133,7 @@ impl Loop {
         if self.core.closed.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        let removed = lock(&self.core.watchers).remove(fd, side);
+        let removed = lock(&self.core.queues).watchers.remove(fd, side);
         match removed {
             Some(h) => {
                 Handle::cancel_inner(h.bind(py))?;
@@ -398,9 +398,13 @@ impl Loop {
         d.set_item("submissions", s.driver.submissions.load(Ordering::Relaxed))?;
         d.set_item("kernel_enters", s.driver.enters.load(Ordering::Relaxed))?;
         d.set_item("completions", s.driver.completions.load(Ordering::Relaxed))?;
-        d.set_item("ready", lock(&self.core.ready).len())?;
-        d.set_item("timers", lock(&self.core.timers).len())?;
-        d.set_item("fd_watchers", lock(&self.core.watchers).len())?;
+        let (ready, timers, watchers) = {
+            let q = lock(&self.core.queues);
+            (q.ready.len(), q.timers.len(), q.watchers.len())
+        };
+        d.set_item("ready", ready)?;
+        d.set_item("timers", timers)?;
+        d.set_item("fd_watchers", watchers)?;
         Ok(d)
     }
 }
