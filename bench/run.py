@@ -118,6 +118,13 @@ def run_child(args, loop, workload, n, warm):
     return data
 
 
+def _loadavg():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
 def fmt_rate(x: float) -> str:
     if x >= 1e6:
         return f"{x / 1e6:.2f}M"
@@ -211,6 +218,7 @@ def main(argv=None) -> int:
     skipped: dict = {}
     infos: dict = {}
     t_start = time.time()
+    load_start = _loadavg()
     log = sys.stderr
     print(f"# {len(args.loops)} loops x {len(args.workloads)} workloads x {args.repeat} "
           f"repeats, one process each{' (quick)' if args.quick else ''}", file=log)
@@ -254,6 +262,8 @@ def main(argv=None) -> int:
         "loop_info": infos,
         "skipped": skipped,
         "wall_seconds": round(time.time() - t_start, 1),
+        "loadavg_start": load_start,
+        "loadavg_end": _loadavg(),
         "command": " ".join([Path(sys.executable).name] + sys.argv),
     }
     out_path = Path(args.out) if args.out else HERE / "results" / (
@@ -272,7 +282,9 @@ def main(argv=None) -> int:
     print()
     print(f"Loops:\n" + "\n".join(notes))
     print(f"\n{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"rsloop commit {commit or '?'}, {meta['wall_seconds']} s wall. JSON: {out_path}")
+          f"rsloop commit {commit or '?'}, {meta['wall_seconds']} s wall, load average "
+          f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end "
+          f"(above the CPU count, other processes competed: expect noise). JSON: {out_path}")
     return 0
 
 
