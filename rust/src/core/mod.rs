@@ -157,7 +157,7 @@ impl LoopCore {
         }
         out.extend(timers.into_iter().map(Py::into_any));
         self.cancelled_timers.store(0, Ordering::Relaxed);
-        out.extend(q.watchers.clear().into_iter().map(Py::into_any));
+        out.extend(q.watchers.clear());
         drop(q);
         *lock(&self.waker) = None;
         if let Some(d) = lock(&self.driver).take() {

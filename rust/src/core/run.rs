@@ -97,7 +97,9 @@ impl LoopCore {
             let timeout = if !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed) {
                 Some(0.0)
             } else {
-                q.timers.peek().map(|(when, _)| wait_for(when - self.time()))
+                q.timers
+                    .peek()
+                    .map(|(when, _)| wait_for(when - self.time()))
             };
             (timeout, q.watchers.take_work())
         };
@@ -210,8 +212,9 @@ impl LoopCore {
                 q.ready.push_back(h);
                 queued += 1;
             }
-            if let Some(h) = removed {
+            if let Some((h, fileobj)) = removed {
                 scratch.to_drop.push(h.into_any());
+                scratch.to_drop.push(fileobj);
             }
         }
         self.stats.io_events.add(queued);

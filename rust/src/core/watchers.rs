@@ -35,11 +35,17 @@ impl Side {
 
 struct Watch {
     handle: Py<Handle>,
+    /// What the caller passed (an int or an object with `fileno()`): selectors find a
+    /// registration by this object even after its `fileno()` turned -1.
+    fileobj: Py<PyAny>,
     /// The poll in flight for this watcher, if any.
     armed: Option<Token>,
     /// Queued for arming at the next flush.
     pending: bool,
 }
+
+/// A removed watcher: its handle and the file object it was registered with.
+pub type Removed = (Py<Handle>, Py<PyAny>);
 
 /// Work for the driver, taken at each flush.
 #[derive(Default)]
@@ -84,13 +90,20 @@ impl Watchers {
 
     /// Installs `handle` for `fd`/`side`; returns the handle it replaces (which the caller
     /// cancels, as asyncio does, outside any lock).
-    pub fn add(&mut self, fd: i32, side: Side, handle: Py<Handle>) -> Option<Py<Handle>> {
+    pub fn add(
+        &mut self,
+        fd: i32,
+        side: Side,
+        handle: Py<Handle>,
+        fileobj: Py<PyAny>,
+    ) -> Option<Py<Handle>> {
         let entry = self.by_fd.entry(fd).or_default();
         match &mut entry[slot(side)] {
             Some(w) => Some(std::mem::replace(&mut w.handle, handle)),
             empty => {
                 *empty = Some(Watch {
                     handle,
+                    fileobj,
                     armed: None,
                     pending: true,
                 });
@@ -100,8 +113,9 @@ impl Watchers {
         }
     }
 
-    /// Removes the watcher; returns its handle (for the caller to cancel) if there was one.
-    pub fn remove(&mut self, fd: i32, side: Side) -> Option<Py<Handle>> {
+    /// Removes the watcher; returns its handle (for the caller to cancel) and its file
+    /// object (to drop outside locks) if there was one.
+    pub fn remove(&mut self, fd: i32, side: Side) -> Option<Removed> {
         let entry = self.by_fd.get_mut(&fd)?;
         let watch = entry[slot(side)].take()?;
         if entry.iter().all(Option::is_none) {
@@ -111,7 +125,15 @@ impl Watchers {
             self.by_token.remove(&token);
             self.work.cancel.push(token);
         }
-        Some(watch.handle)
+        Some((watch.handle, watch.fileobj))
+    }
+
+    /// The fd a watcher was registered for with exactly this object (selectors'
+    /// exhaustive `_fileobj_lookup` fallback, for objects whose `fileno()` is now -1).
+    pub fn fd_of_object(&self, obj: &Bound<'_, PyAny>) -> Option<i32> {
+        self.by_fd
+            .iter()
+            .find_map(|(fd, e)| e.iter().flatten().any(|w| w.fileobj.is(obj)).then_some(*fd))
     }
 
     /// The handle watching `fd`/`side`, if any.
@@ -153,13 +175,13 @@ impl Watchers {
 
     /// Handles a poll completion. Returns the handle to queue when the fd is ready and the
     /// watcher is live; a cancelled watcher is removed instead (asyncio's `_process_events`).
-    /// The second value is a cancelled handle removed by this call (to drop outside locks).
+    /// The second value is a cancelled watcher removed by this call (to drop outside locks).
     pub fn complete(
         &mut self,
         py: Python<'_>,
         token: Token,
         result: i32,
-    ) -> (Option<Py<Handle>>, Option<Py<Handle>>) {
+    ) -> (Option<Py<Handle>>, Option<Removed>) {
         let Some((fd, side)) = self.by_token.remove(&token) else {
             return (None, None); // removed or replaced meanwhile
         };
@@ -196,14 +218,15 @@ impl Watchers {
         }
     }
 
-    /// Removes everything (loop close); returns the handles to drop outside locks.
-    pub fn clear(&mut self) -> Vec<Py<Handle>> {
+    /// Removes everything (loop close); returns the objects to drop outside locks.
+    pub fn clear(&mut self) -> Vec<Py<PyAny>> {
         self.by_token.clear();
         self.to_arm.clear();
         self.work = DriverWork::default();
         self.by_fd
             .drain()
-            .flat_map(|(_, e)| e.into_iter().flatten().map(|w| w.handle))
+            .flat_map(|(_, e)| e.into_iter().flatten())
+            .flat_map(|w| [w.handle.into_any(), w.fileobj])
             .collect()
     }
 }

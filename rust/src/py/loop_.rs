@@ -113,6 +113,7 @@ impl Loop {
         callback: Py<PyAny>,
         args: Py<PyTuple>,
     ) -> PyResult<()> {
+        let fileobj = fd.clone().unbind();
         let fd = fileobj_to_fd(fd)?;
         self.check_closed()?;
         let debug = self.core.debug();
@@ -121,7 +122,9 @@ impl Loop {
         if !already {
             crate::sys::fd_check_pollable(fd).map_err(|e| crate::errors::os_error(&e))?;
         }
-        let replaced = lock(&self.core.queues).watchers.add(fd, side, handle);
+        let replaced = lock(&self.core.queues)
+            .watchers
+            .add(fd, side, handle, fileobj);
         if let Some(old) = replaced {
             Handle::cancel_inner(old.bind(py))?;
         }
@@ -129,13 +132,19 @@ impl Loop {
     }
 
     fn remove_watcher(&self, py: Python<'_>, fd: &Bound<'_, PyAny>, side: Side) -> PyResult<bool> {
-        let fd = fileobj_to_fd(fd)?;
         if self.core.closed.load(Ordering::Relaxed) {
             return Ok(false);
         }
+        let fd = match fileobj_to_fd(fd) {
+            Ok(n) => n,
+            Err(e) => match lock(&self.core.queues).watchers.fd_of_object(fd) {
+                Some(n) => n,
+                None => return Err(e),
+            },
+        };
         let removed = lock(&self.core.queues).watchers.remove(fd, side);
         match removed {
-            Some(h) => {
+            Some((h, _fileobj)) => {
                 Handle::cancel_inner(h.bind(py))?;
                 Ok(true)
             }

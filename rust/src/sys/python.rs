@@ -2,7 +2,6 @@
 //! around a call, copying the current context, the interpreter's thread ident.
 //! Owns: those calls and their invariants. Not: deciding when callbacks run (`core/`).
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -34,10 +33,11 @@ pub fn call_in_context<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = context.py();
     if !is_context(context) {
-        return Err(PyTypeError::new_err(format!(
-            "an instance of Context was expected, got {}",
-            context.get_type().name()?
-        )));
+        // asyncio only calls `context.run(callback, *args)`: honour duck-typed contexts.
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.push(callback.clone());
+        all.extend(args.iter());
+        return context.call_method1(pyo3::intern!(py, "run"), PyTuple::new(py, all)?);
     }
     // SAFETY: `context` is a live Context (checked above) and the GIL is held.
     // PyContext_Enter fails (-1, exception set) if the context is already entered, exactly as
