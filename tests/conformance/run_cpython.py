@@ -624,17 +624,21 @@ def classify(run: ModuleRun, ef) -> dict:
     """Counts for one module, plus the lists worth printing."""
     counts = dict.fromkeys(COLUMNS, 0)
     unexpected, xpass, pending, na_other = [], [], {}, []
+    na_reasons: dict[str, int] = {}
     for tid, rec in sorted(run.results.items()):
         outcome = rec["outcome"]
         area = _match_pending(ef, tid)
         if outcome == "na":
             counts["n/a"] += 1
+            na_reasons[rec["detail"]] = na_reasons.get(rec["detail"], 0) + 1
         elif outcome == "skip":
             counts["skipped"] += 1
         elif outcome == "pass":
             if rec.get("on") not in ("rsloop", "fixture"):
                 counts["n/a"] += 1  # passed, but never ran the loop under test
                 na_other.append(rec)
+                why = _runtime_na_reason(rec)
+                na_reasons[why] = na_reasons.get(why, 0) + 1
             elif area is not None:
                 counts["xpass"] += 1
                 xpass.append((tid, area))
@@ -652,7 +656,16 @@ def classify(run: ModuleRun, ef) -> dict:
                 counts["failed" if outcome == "fail" else "errors"] += 1
                 unexpected.append(rec)
     return dict(counts=counts, unexpected=unexpected, xpass=xpass, pending=pending,
-                na_other=na_other)
+                na_other=na_other, na_reasons=na_reasons)
+
+
+def _runtime_na_reason(rec) -> str:
+    loops = rec.get("loops") or []
+    if any(d.endswith("utils.TestLoop") for d in loops):
+        return "virtual-clock test: needs CPython's TestLoop (time generator), ran there"
+    if not loops:
+        return "uses no event loop (pure Future/Task/helper API)"
+    return "ran only on " + ", ".join(loops)
 
 
 def _loops_seen(run: ModuleRun) -> str:
@@ -718,8 +731,21 @@ def report_backend(backend: str, runs: list[ModuleRun], ef, args) -> tuple[bool,
             print(f"  {area:<12}{n:>5}  until: {ef.AREAS[area][1]}")
     summary["pending_by_area"] = pending_areas
 
+    na_total: dict[tuple[str, str], int] = {}
+    for run, cl in details:
+        for why, n in cl["na_reasons"].items():
+            na_total[(run.module, why)] = na_total.get((run.module, why), 0) + n
+    if na_total:
+        print("\nn/a (not run on the loop under test), by reason:")
+        for (module, why), n in sorted(na_total.items()):
+            print(f"  {module:<18}{n:>5}  {why}")
+    summary["na_by_reason"] = {f"{m}: {w}": n for (m, w), n in sorted(na_total.items())}
+
     xp = [(run.module, t, a) for run, cl in details for t, a in cl["xpass"]]
-    if xp:
+    if xp and backend == "asyncio":
+        print(f"\n{len(xp)} pending tests pass on the stdlib loop (expected for --backend "
+              "asyncio)")
+    elif xp:
         print("\nXPASS (listed as pending but passed; shrink expected_failures.py):")
         for _, tid, area in xp:
             print(f"  {tid}  [{area}]")
