@@ -123,7 +123,7 @@ def main() -> int:
         if warm_n:
             fn(loop, warm_n)
         gc.collect()
-        ops, secs = fn(loop, n)
+        ops, (secs, cpu_secs) = fn(loop, n)
     finally:
         loop.close()
         asyncio.set_event_loop(None)
@@ -134,6 +134,8 @@ def main() -> int:
         "ops": ops,
         "seconds": secs,
         "ops_per_s": ops / secs if secs > 0 else float("inf"),
+        "cpu_seconds": cpu_secs,
+        "ops_per_cpu_s": ops / cpu_secs if cpu_secs > 0 else float("inf"),
         "base_rss_kib": base_kib,
         "peak_rss_kib": _peak_rss_kib(),
         "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

@@ -56,6 +56,10 @@ def parse_args(argv=None):
     p.add_argument("--pypi-rsloop-python", default=None, metavar="PATH",
                    help="interpreter of a venv holding the older PyPI package 'rsloop' "
                         "(default: .venv-pypi-rsloop/bin/python beside the repo, if present)")
+    p.add_argument("--metric", choices=("wall", "cpu"), default="wall",
+                   help="rate in the tables: ops per wall-clock second (default) or per "
+                        "CPU second of the child (robust when other processes compete for "
+                        "the CPUs; not meaningful for call_later_random, which sleeps)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up run in each child")
     p.add_argument("--out", default=None,
                    help="JSON results file (default bench/results/<UTC timestamp>.json)")
@@ -133,8 +137,9 @@ def fmt_rate(x: float) -> str:
     return f"{x:.0f}"
 
 
-def summarize(loops, workloads, samples):
+def summarize(loops, workloads, samples, metric="wall"):
     """{workload: {loop: summary}} from {(loop, workload): [child dicts]}."""
+    key = "ops_per_cpu_s" if metric == "cpu" else "ops_per_s"
     table = {}
     for wl in workloads:
         row = {}
@@ -145,11 +150,14 @@ def summarize(loops, workloads, samples):
                 why = next((r.get("skip") or r.get("error") for r in runs), "not run")
                 row[lp] = {"missing": why}
                 continue
-            rates = sorted(r["ops_per_s"] for r in ok)
+            rates = sorted(r[key] for r in ok)
             med = statistics.median(rates)
             row[lp] = {
                 "median_ops_per_s": med,
                 "median_seconds": statistics.median(r["seconds"] for r in ok),
+                "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in ok),
+                "median_wall_ops_per_s": statistics.median(r["ops_per_s"] for r in ok),
+                "median_cpu_ops_per_s": statistics.median(r["ops_per_cpu_s"] for r in ok),
                 "spread_pct": 100.0 * (rates[-1] - rates[0]) / med if med else 0.0,
                 "n_ok": len(ok),
                 "n_failed": len(runs) - len(ok),
@@ -170,12 +178,11 @@ def summarize(loops, workloads, samples):
     return table
 
 
-def markdown(loops, table, meta) -> str:
+def summary_table(loops, table, meta, metric) -> list:
     shown = [lp for lp in loops if any("median_ops_per_s" in table[w]["loops"][lp] for w in table)]
-    out = []
-    out.append(f"Core loop workloads: ops/s, median of {meta['repeat']} processes per cell "
-               f"(×asyncio in brackets); higher is better.")
-    out.append("")
+    unit = "ops per CPU second of the child" if metric == "cpu" else "ops/s (wall clock)"
+    out = [f"Core loop workloads: {unit}, median of {meta['repeat']} processes per cell "
+           f"(×asyncio in brackets); higher is better.", ""]
     out.append("| workload | " + " | ".join(shown) + " | rsloop / best peer |")
     out.append("|---|" + "---:|" * len(shown) + "---|")
     for wl, t in table.items():
@@ -189,23 +196,35 @@ def markdown(loops, table, meta) -> str:
         r = t["rsloop_vs_best_peer"]
         cells.append(f"{r:.2f}× ({t['best_peer']})" if r else "–")
         out.append(f"| {wl} | " + " | ".join(cells) + " |")
+    return out
+
+
+def markdown(loops, table, meta, other=None) -> str:
+    shown = [lp for lp in loops if any("median_ops_per_s" in table[w]["loops"][lp] for w in table)]
+    out = summary_table(loops, table, meta, meta["metric"])
+    if other is not None:
+        out.append("")
+        out += summary_table(loops, other, meta, "cpu" if meta["metric"] == "wall" else "wall")
     out.append("")
-    out.append("Per loop: median time, spread (max-min)/median of ops/s over the repeats, "
+    out.append("Per loop: median wall and CPU time of the timed region, spread "
+               "(max-min)/median of the rate over the repeats, "
                "peak RSS of the child (VmHWM, MiB) and its growth over the RSS measured "
                "after the loop was created.")
     out.append("")
-    out.append("| workload | loop | ops/s | ×asyncio | time s | spread | peak RSS MiB | RSS growth MiB |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    out.append("| workload | loop | rate | ×asyncio | wall s | CPU s | spread | peak RSS MiB "
+               "| RSS growth MiB |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for wl, t in table.items():
         for lp in shown:
             s = t["loops"][lp]
             if "median_ops_per_s" not in s:
-                out.append(f"| {wl} | {lp} | – | – | – | – | – | {s['missing']} |")
+                out.append(f"| {wl} | {lp} | – | – | – | – | – | – | {s['missing']} |")
                 continue
             fail = f" ({s['n_failed']} failed)" if s["n_failed"] else ""
             out.append(
                 f"| {wl} | {lp} | {fmt_rate(s['median_ops_per_s'])}{fail} | "
                 f"{s.get('vs_asyncio', 0):.2f} | {s['median_seconds']:.3f} | "
+                f"{s['median_cpu_seconds']:.3f} | "
                 f"{s['spread_pct']:.0f}% | {s['peak_rss_mib']:.1f} | {s['rss_growth_mib']:.1f} |")
     return "\n".join(out)
 
@@ -242,7 +261,9 @@ def main(argv=None) -> int:
                 print(f"  rep {rep + 1}/{args.repeat} {wl:22s} {lp:12s} "
                       f"{fmt_rate(r['ops_per_s']):>7s} ops/s  {r['seconds']:.3f} s  "
                       f"peak {r['peak_rss_kib'] / 1024:.1f} MiB", file=log)
-    table = summarize(args.loops, args.workloads, samples)
+    table = summarize(args.loops, args.workloads, samples, args.metric)
+    other = summarize(args.loops, args.workloads, samples,
+                      "cpu" if args.metric == "wall" else "wall")
     try:
         commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True, timeout=10).stdout.strip()
@@ -251,6 +272,7 @@ def main(argv=None) -> int:
     meta = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "repeat": args.repeat,
+        "metric": args.metric,
         "quick": args.quick,
         "scale": args.scale,
         "sizes": sizes,
@@ -270,8 +292,9 @@ def main(argv=None) -> int:
         meta["date_utc"].replace(":", "") + ("-quick" if args.quick else "") + ".json")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     raw = {f"{lp}/{wl}": v for (lp, wl), v in samples.items()}
-    out_path.write_text(json.dumps({"meta": meta, "table": table, "raw": raw}, indent=1))
-    md = markdown(args.loops, table, meta)
+    out_path.write_text(json.dumps({"meta": meta, "table": table, "table_" + (
+        "cpu" if args.metric == "wall" else "wall"): other, "raw": raw}, indent=1))
+    md = markdown(args.loops, table, meta, other)
     notes = []
     for lp, info in infos.items():
         bits = [f"{k}={v}" for k, v in info.items() if k in ("version", "backend", "backend_reason", "python") and v]
@@ -282,7 +305,7 @@ def main(argv=None) -> int:
     print()
     print(f"Loops:\n" + "\n".join(notes))
     print(f"\n{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"rsloop commit {commit or '?'}, {meta['wall_seconds']} s wall, load average "
+          f"repo HEAD {commit or '?'}, {meta['wall_seconds']} s wall, load average "
           f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end "
           f"(above the CPU count, other processes competed: expect noise). JSON: {out_path}")
     return 0

@@ -1,7 +1,7 @@
 """Core event-loop workloads for ``bench/run.py``.
 
-Each workload is ``fn(loop, n) -> (ops, seconds)``: it does ``n`` units of work on an
-already created loop, times only the workload itself (set-up such as building
+Each workload is ``fn(loop, n) -> (ops, (wall_seconds, cpu_seconds))``: it does ``n``
+units of work on an already created loop, times only the workload itself (set-up such as building
 argument lists or starting a thread is outside the timed region) and returns how many
 operations it performed and how long they took. Every workload checks its own result
 (a count that does not add up raises), so a loop that drops or duplicates work fails
@@ -20,11 +20,19 @@ import random
 import threading
 import time
 
-perf_counter = time.perf_counter
+_wall = time.perf_counter
+_cpu = time.process_time
 
 
-def _run_forever(loop):
-    loop.run_forever()
+def _start():
+    return _wall(), _cpu()
+
+
+def _stop(t0):
+    """(wall seconds, CPU seconds of the whole process) since ``_start()``. CPU time
+    excludes time spent preempted by other processes (but includes a producer thread's
+    work and excludes time asleep waiting for timers)."""
+    return _wall() - t0[0], _cpu() - t0[1]
 
 
 # 1. call_soon chain ------------------------------------------------------------------
@@ -43,9 +51,9 @@ def call_soon_chain(loop, n):
             loop.stop()
 
     call_soon(step)
-    t0 = perf_counter()
+    t0 = _start()
     loop.run_forever()
-    dt = perf_counter() - t0
+    dt = _stop(t0)
     if left[0] != 0:
         raise AssertionError(f"call_soon_chain: {left[0]} steps did not run")
     return n, dt
@@ -73,9 +81,9 @@ def call_soon_batch(loop, n):
         call_soon(schedule_batch if left[0] else loop.stop)
 
     call_soon(schedule_batch)
-    t0 = perf_counter()
+    t0 = _start()
     loop.run_forever()
-    dt = perf_counter() - t0
+    dt = _stop(t0)
     ran = next(counter)
     if ran != batches * BATCH:
         raise AssertionError(f"call_soon_batch: ran {ran}, expected {batches * BATCH}")
@@ -114,9 +122,9 @@ def call_later_random(loop, n):
             call_later(nxt(), fire)
 
     loop.call_soon(start)
-    t0 = perf_counter()
+    t0 = _start()
     loop.run_forever()
-    dt = perf_counter() - t0
+    dt = _stop(t0)
     if fired[0] != n:
         raise AssertionError(f"call_later_random: fired {fired[0]}, expected {n}")
     return n, dt
@@ -146,9 +154,9 @@ def timer_cancel(loop, n):
                 await sleep(0)
         return rounds * CANCEL_ROUND
 
-    t0 = perf_counter()
+    t0 = _start()
     done = loop.run_until_complete(main())
-    dt = perf_counter() - t0
+    dt = _stop(t0)
     if next(counter) != 0:
         raise AssertionError("timer_cancel: a cancelled timer ran")
     return done, dt
@@ -176,9 +184,9 @@ def gather_tasks(loop, n):
             total += len(res)
         return total
 
-    t0 = perf_counter()
+    t0 = _start()
     total = loop.run_until_complete(main())
-    dt = perf_counter() - t0
+    dt = _stop(t0)
     if total != rounds * GATHER:
         raise AssertionError(f"gather_tasks: {total} results, expected {rounds * GATHER}")
     return total, dt
@@ -208,9 +216,9 @@ def future_pingpong(loop, n):
     async def main():
         await asyncio.gather(player(0), player(1))
 
-    t0 = perf_counter()
+    t0 = _start()
     loop.run_until_complete(main())
-    dt = perf_counter() - t0
+    dt = _stop(t0)
     if count[0] != 2 * n:
         raise AssertionError(f"future_pingpong: {count[0]} hand-offs, expected {2 * n}")
     return 2 * n, dt
@@ -235,9 +243,9 @@ def call_soon_threadsafe(loop, n):
     th = threading.Thread(target=producer, daemon=True)
     th.start()
     loop.call_soon(go.set)
-    t0 = perf_counter()
+    t0 = _start()
     loop.run_forever()
-    dt = perf_counter() - t0
+    dt = _stop(t0)
     th.join(60)
     ran = next(counter)
     if ran != n:
