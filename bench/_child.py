@@ -75,12 +75,24 @@ def make_loop(name: str):
         info["backend"] = b.name
         info["backend_reason"] = b.reason
         info["file"] = rsloop.__file__
+        info["installed_from"] = _installed_from("rsloop")
     elif name == "pypi-rsloop":
         loop, info = _pypi_rsloop()
     else:
         raise SystemExit(f"unknown loop {name!r}")
     info["type"] = f"{type(loop).__module__}.{type(loop).__qualname__}"
     return loop, info
+
+
+def _installed_from(dist: str):
+    """Where pip installed ``dist`` from (e.g. the wheel's path), if it says."""
+    try:
+        from importlib import metadata
+
+        text = metadata.distribution(dist).read_text("direct_url.json")
+        return json.loads(text).get("url") if text else None
+    except Exception:
+        return None
 
 
 def _pypi_rsloop():

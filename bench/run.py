@@ -297,7 +297,7 @@ def main(argv=None) -> int:
     md = markdown(args.loops, table, meta, other)
     notes = []
     for lp, info in infos.items():
-        bits = [f"{k}={v}" for k, v in info.items() if k in ("version", "backend", "backend_reason", "python") and v]
+        bits = [f"{k}={v}" for k, v in info.items() if k in ("version", "backend", "backend_reason", "installed_from", "python") and v]
         notes.append(f"- {lp}: " + ", ".join(bits))
     for lp, why in skipped.items():
         notes.append(f"- {lp}: skipped ({why})")
