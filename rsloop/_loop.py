@@ -250,21 +250,23 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
         return futures.Future(loop=self)
 
     def create_task(self, coro, *, name=None, context=None, **kwargs):
+        """Schedule a coroutine as a Task (``context=`` on 3.11+, extra keywords on 3.13+)."""
         self._check_closed()
+        if context is not None and not _compat.PY311:
+            raise TypeError("create_task() got an unexpected keyword argument 'context'")
         if kwargs and not _compat.PY313:
             raise TypeError(
                 f"create_task() got an unexpected keyword argument {next(iter(kwargs))!r}"
             )
+        if context is not None:
+            kwargs["context"] = context
         factory = self._task_factory
         if factory is None:
-            task = tasks.Task(coro, loop=self, name=name, context=context, **kwargs)
+            task = tasks.Task(coro, loop=self, name=name, **kwargs)
             if task._source_traceback:
                 del task._source_traceback[-1]
         else:
-            if context is None and not kwargs:
-                task = factory(self, coro)
-            else:
-                task = factory(self, coro, context=context, **kwargs)
+            task = factory(self, coro, **kwargs)
             if name is not None:
                 task.set_name(name)
         return task
