@@ -596,14 +596,18 @@ def run_module(module: str, backend: str, args) -> ModuleRun:
             if done or run.module_error:
                 break
             with open(log_path) as f:
-                log_tail = f.read()[-4000:]
+                log_text = f.read()
+            # faulthandler's dump (innermost frame first) is what explains a hang/crash
+            marks = [log_text.rfind(m) for m in ("Timeout (", "Fatal Python error")]
+            start = max(marks)
+            log_tail = log_text[start:start + 4000] if start >= 0 else log_text[-4000:]
             if started is None:
                 run.module_error = f"child exited with {rc} outside any test:\n{log_tail}"
                 break
             why = "hung (per-test timeout)" if "Timeout (" in log_tail else f"crashed (rc={rc})"
             run.crashes.append(started)
             run.results[started] = dict(
-                kind="result", id=started, outcome="error", on="rsloop", loops=[],
+                kind="result", id=started, outcome="error", on="rsloop", loops=[], crash=True,
                 detail=f"test process {why}; output tail:\n{log_tail}",
             )
             if rc == "module-timeout":
@@ -759,7 +763,11 @@ def report_backend(backend: str, runs: list[ModuleRun], ef, args) -> tuple[bool,
         for rec in bad:
             print(f"  {rec['outcome'].upper()}: {rec['id']}  (loops: {', '.join(rec['loops']) or '-'})")
             if args.verbose:
-                print(_trace_essence(rec["detail"], args.trace_lines))
+                if rec.get("crash"):  # the dump's head: the innermost frames
+                    head = rec["detail"].splitlines()[: args.trace_lines]
+                    print("\n".join("      " + ln for ln in head))
+                else:
+                    print(_trace_essence(rec["detail"], args.trace_lines))
     if args.show_pending:
         for _, cl in details:
             for area, recs in cl["pending"].items():
