@@ -75,7 +75,6 @@ def make_loop(name: str):
         info["backend"] = b.name
         info["backend_reason"] = b.reason
         info["file"] = rsloop.__file__
-        info["installed_from"] = _installed_from("rsloop")
     elif name == "pypi-rsloop":
         loop, info = _pypi_rsloop()
     else:
@@ -103,13 +102,7 @@ def _pypi_rsloop():
         raise ImportError(
             f"'rsloop' in {sys.executable} is this project's rsloop, not the PyPI one"
         )
-    from importlib import metadata
-
-    info = {"file": rsloop.__file__}
-    try:
-        info["version"] = metadata.version("rsloop")
-    except metadata.PackageNotFoundError:
-        pass
+    info = {"file": rsloop.__file__, "version": getattr(rsloop, "__version__", None)}
     build = getattr(rsloop, "build_info", None)
     if callable(build):
         try:
@@ -139,6 +132,10 @@ def main() -> int:
     finally:
         loop.close()
         asyncio.set_event_loop(None)
+    peak_kib = _peak_rss_kib()
+    # Only after measuring: importlib.metadata alone adds ~2-3 MiB of RSS.
+    if loop_name in ("rsloop", "rsloop-poll", "pypi-rsloop"):
+        info["installed_from"] = _installed_from("rsloop")
     out = {
         "loop": loop_name,
         "workload": wl_name,
@@ -149,7 +146,7 @@ def main() -> int:
         "cpu_seconds": cpu_secs,
         "ops_per_cpu_s": ops / cpu_secs if cpu_secs > 0 else float("inf"),
         "base_rss_kib": base_kib,
-        "peak_rss_kib": _peak_rss_kib(),
+        "peak_rss_kib": peak_kib,
         "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "python": sys.version.split()[0],
         "executable": sys.executable,

@@ -304,10 +304,13 @@ def main(argv=None) -> int:
     print(md)
     print()
     print(f"Loops:\n" + "\n".join(notes))
+    loads = [x[0] for x in (meta["loadavg_start"], meta["loadavg_end"]) if x]
+    busy = (" (load above the CPU count: other processes competed, expect noise)"
+            if any(x > (os.cpu_count() or 1) for x in loads) else "")
     print(f"\n{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"repo HEAD {commit or '?'}, {meta['wall_seconds']} s wall, load average "
-          f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end "
-          f"(above the CPU count, other processes competed: expect noise). JSON: {out_path}")
+          f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end{busy}. "
+          f"JSON: {out_path}")
     return 0
 
 
