@@ -165,8 +165,9 @@ def _install_harness(backend: str) -> type:
     import asyncio
     from asyncio import base_events
 
-    import rsloop
     from test.test_asyncio import utils as test_utils
+
+    import rsloop
 
     probe = rsloop.new_event_loop()
     UNDER_TEST = type(probe)
@@ -554,7 +555,7 @@ def run_module(module: str, backend: str, args) -> ModuleRun:
         skip_path = os.path.join(tmp, "skip.txt")
         log_path = os.path.join(tmp, "stderr.log")
         open(skip_path, "w").close()
-        for attempt in range(args.max_restarts + 1):
+        for _attempt in range(args.max_restarts + 1):
             open(out_path, "w").close()
             cmd = [
                 sys.executable, "-X", "faulthandler", os.path.abspath(__file__),
@@ -754,14 +755,15 @@ def report_backend(backend: str, runs: list[ModuleRun], ef, args) -> tuple[bool,
         for _, tid, area in xp:
             print(f"  {tid}  [{area}]")
 
-    for run, cl in details:
+    for run, _cl in details:
         if run.module_error:
             print(f"\nMODULE ERROR {run.module}:\n{_trace_essence(run.module_error, 30)}")
     bad = [r for _, cl in details for r in cl["unexpected"]]
     if bad:
         print(f"\nUNEXPECTED FAILURES ({len(bad)}):")
         for rec in bad:
-            print(f"  {rec['outcome'].upper()}: {rec['id']}  (loops: {', '.join(rec['loops']) or '-'})")
+            loops = ", ".join(rec["loops"]) or "-"
+            print(f"  {rec['outcome'].upper()}: {rec['id']}  (loops: {loops})")
             if args.verbose:
                 if rec.get("crash"):  # the dump's head: the innermost frames
                     head = rec["detail"].splitlines()[: args.trace_lines]
