@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
-import os
 import socket
 import sys
 import threading
 import traceback
 import warnings
-from asyncio import constants, events, futures, tasks
+from asyncio import base_events, constants, coroutines, events, futures, tasks
 
 from . import _compat, _format
 from ._rsloop import Loop as _NativeLoop
-
-logger = logging.getLogger("asyncio")
 
 __all__ = ["Loop"]
 
@@ -34,10 +30,6 @@ def _run_until_complete_cb(fut):
             # Let the exception propagate from run_until_complete() instead of stopping.
             return
     fut.get_loop().stop()
-
-
-def _env_debug() -> bool:
-    return not sys.flags.ignore_environment and bool(os.environ.get("PYTHONASYNCIODEBUG"))
 
 
 def _not_implemented(name: str):
@@ -64,7 +56,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
         self._coroutine_origin_tracking_enabled = False
         self._coroutine_origin_tracking_saved_depth = None
         self._current_handle = None
-        self._set_debug_native(bool(sys.flags.dev_mode or _env_debug()))
+        self._set_debug_native(coroutines._is_debug_mode())
 
     def __repr__(self) -> str:
         return (
@@ -133,7 +125,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
         if self.is_closed():
             return
         if self.get_debug():
-            logger.debug("Close %r", self)
+            base_events.logger.debug("Close %r", self)
         self._close_native()
         self._executor_shutdown_called = True
         executor = self._default_executor
@@ -315,7 +307,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             else:
                 value = repr(value)
             lines.append(f"{key}: {value}")
-        logger.error("\n".join(lines), exc_info=exc_info)
+        base_events.logger.error("\n".join(lines), exc_info=exc_info)
 
     def call_exception_handler(self, context) -> None:
         """Pass ``context`` to the handler set by set_exception_handler(), or log it."""
@@ -326,10 +318,14 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException:
-                logger.error("Exception in default exception handler", exc_info=True)
+                base_events.logger.error("Exception in default exception handler", exc_info=True)
             return
         try:
-            handler(self, context)
+            ctx = _handler_context(context) if _compat.PY312 else None
+            if ctx is not None:
+                ctx.run(handler, self, context)
+            else:
+                handler(self, context)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
@@ -344,7 +340,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException:
-                logger.error(
+                base_events.logger.error(
                     "Exception in default exception handler "
                     "while handling an unexpected error "
                     "in custom exception handler",
@@ -368,7 +364,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
         callback = handle._callback
         owner = getattr(callback, "__self__", None)
         text = repr(owner) if isinstance(owner, tasks.Task) else str(handle)
-        logger.warning("Executing %s took %.3f seconds", text, seconds)
+        base_events.logger.warning("Executing %s took %.3f seconds", text, seconds)
 
     # ----- Debug flag management -----
 
@@ -408,6 +404,20 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
     def backend_reason(self) -> str | None:
         """Why the preferred driver is not used, or None."""
         return self._backend_info()[1]
+
+
+def _handler_context(context):
+    """3.12+: the custom exception handler runs in the context of the task, future or
+    handle the error came from."""
+    thing = context.get("task")
+    if thing is None:
+        thing = context.get("future")
+    if thing is None:
+        thing = context.get("handle")
+    if thing is None or not hasattr(thing, "get_context"):
+        return None
+    ctx = thing.get_context()
+    return ctx if ctx is not None and hasattr(ctx, "run") else None
 
 
 def _set_result_unless_cancelled(fut, result) -> None:
