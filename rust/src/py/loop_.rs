@@ -17,7 +17,7 @@ use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
 use crate::handles::{lock, Handle, TimerHandle};
-use crate::sys::python::{copy_context, thread_ident};
+use crate::sys::python::{copy_context, gc_untrack, thread_ident};
 
 /// The native event loop. Python code uses it through `rsloop.Loop`.
 #[pyclass(subclass, frozen, module = "rsloop._rsloop", name = "Loop")]
@@ -32,6 +32,13 @@ fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     FORMAT
         .get_or_try_init(py, || py.import("rsloop._format").map(Bound::unbind))
         .map(|m| m.bind(py))
+}
+
+/// Handles show the collector no references (no `__traverse__`), so tracking them only
+/// costs: see `sys::python::gc_untrack`.
+fn untracked<T>(obj: Py<T>, py: Python<'_>) -> Py<T> {
+    gc_untrack(obj.bind(py).as_any());
+    obj
 }
 
 impl Loop {
@@ -100,7 +107,10 @@ impl Loop {
         }
         let base = self.new_handle(py, callback, args, context, debug)?;
         let timer = TimerHandle::new(when, Arc::clone(&self.core.cancelled_timers));
-        let timer = Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?;
+        let timer = untracked(
+            Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?,
+            py,
+        );
         self.core.push_timer(when, timer.clone_ref(py));
         Ok(timer)
     }
@@ -117,7 +127,10 @@ impl Loop {
         let fd = fileobj_to_fd(fd)?;
         self.check_closed()?;
         let debug = self.core.debug();
-        let handle = Py::new(py, self.new_handle(py, callback, args, None, debug)?)?;
+        let handle = untracked(
+            Py::new(py, self.new_handle(py, callback, args, None, debug)?)?,
+            py,
+        );
         let already = lock(&self.core.queues).watchers.get(py, fd, side).is_some();
         if !already {
             crate::sys::fd_check_pollable(fd).map_err(|e| crate::errors::os_error(&e))?;
@@ -238,7 +251,10 @@ impl Loop {
         if debug {
             self.debug_checks(py, &callback, "call_soon")?;
         }
-        let handle = Py::new(py, self.new_handle(py, callback, args, context, debug)?)?;
+        let handle = untracked(
+            Py::new(py, self.new_handle(py, callback, args, context, debug)?)?,
+            py,
+        );
         self.core.push_ready(handle.clone_ref(py));
         Ok(handle)
     }
@@ -259,7 +275,10 @@ impl Loop {
                 (&callback, "call_soon_threadsafe"),
             )?;
         }
-        let handle = Py::new(py, self.new_handle(py, callback, args, context, debug)?)?;
+        let handle = untracked(
+            Py::new(py, self.new_handle(py, callback, args, context, debug)?)?,
+            py,
+        );
         let owner = self.core.thread_id.load(Ordering::Relaxed);
         if owner != 0 && owner == thread_ident() {
             self.core.push_ready(handle.clone_ref(py));
