@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import socket
+import sys
 import threading
 
 import pytest
@@ -59,7 +60,9 @@ def test_set_default_executor_is_used(loop):
         ex.shutdown(wait=True)
 
 
-def test_set_default_executor_requires_thread_pool(loop):
+def test_set_default_executor_requires_thread_pool(loop, loop_kind):
+    if sys.version_info < (3, 11) and loop_kind in ("asyncio", "fallback"):
+        pytest.skip("3.10 asyncio only warns (DeprecationWarning)")
     with concurrent.futures.ProcessPoolExecutor(max_workers=1) as ex:
         with pytest.raises(TypeError, match=r"^executor must be ThreadPoolExecutor instance$"):
             loop.set_default_executor(ex)
