@@ -11,6 +11,7 @@ use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 
+use crate::sys::gil::GilCell;
 use crate::sys::python::call_in_context;
 
 /// Locks a mutex whose data stays consistent even if a holder panicked (ours never runs
@@ -28,7 +29,7 @@ struct CallbackData {
 /// A callback scheduled with `call_soon`, or an fd watcher's callback.
 #[pyclass(frozen, subclass, weakref, module = "rsloop._rsloop", name = "Handle")]
 pub struct Handle {
-    data: Mutex<Option<CallbackData>>,
+    data: GilCell<Option<CallbackData>>,
     context: Py<PyAny>,
     cancelled: AtomicBool,
     /// `traceback.extract_stack()` at creation, in debug mode only.
@@ -56,7 +57,7 @@ impl Handle {
         debug: bool,
     ) -> Self {
         Handle {
-            data: Mutex::new(Some(CallbackData { callback, args })),
+            data: GilCell::new(Some(CallbackData { callback, args })),
             context,
             cancelled: AtomicBool::new(false),
             source_traceback,
@@ -73,12 +74,12 @@ impl Handle {
 
     /// Runs the callback under its context, like `asyncio.Handle._run` minus the reporting.
     pub fn run(&self, py: Python<'_>) -> RunOutcome {
-        let (callback, args) = {
-            let data = lock(&self.data);
-            match data.as_ref() {
-                Some(d) => (d.callback.clone_ref(py), d.args.clone_ref(py)),
-                None => return RunOutcome::Done,
-            }
+        let cloned = self.data.with(py, |d| {
+            d.as_ref()
+                .map(|d| (d.callback.clone_ref(py), d.args.clone_ref(py)))
+        });
+        let Some((callback, args)) = cloned else {
+            return RunOutcome::Done;
         };
         match call_in_context(self.context.bind(py), callback.bind(py), args.bind(py)) {
             Ok(_) => RunOutcome::Done,
@@ -97,7 +98,7 @@ impl Handle {
             let text = slf.repr()?.to_string();
             *lock(&this.repr_cache) = Some(text);
         }
-        let released = lock(&this.data).take();
+        let released = this.data.with(slf.py(), Option::take);
         drop(released);
         Ok(true)
     }
@@ -133,12 +134,14 @@ impl Handle {
 
     #[getter]
     fn _callback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        lock(&self.data).as_ref().map(|d| d.callback.clone_ref(py))
+        self.data
+            .with(py, |d| d.as_ref().map(|d| d.callback.clone_ref(py)))
     }
 
     #[getter]
     fn _args(&self, py: Python<'_>) -> Option<Py<PyTuple>> {
-        lock(&self.data).as_ref().map(|d| d.args.clone_ref(py))
+        self.data
+            .with(py, |d| d.as_ref().map(|d| d.args.clone_ref(py)))
     }
 
     #[getter]

@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 
 use crate::driver::{Driver, Requested, Waker};
 use crate::handles::{lock, Handle, TimerHandle};
+use crate::sys::gil::GilCell;
 use crate::timers::TimerHeap;
 use stats::Stats;
 use watchers::Watchers;
@@ -51,8 +52,8 @@ pub struct Queues {
 
 /// State of one event loop.
 pub struct LoopCore {
-    /// Ready queue, timers, watchers.
-    pub queues: Mutex<Queues>,
+    /// Ready queue, timers, watchers (guarded by the GIL, see `sys::gil`).
+    pub queues: GilCell<Queues>,
     /// Cancelled timers still in the heap (asyncio's `_timer_cancelled_count`).
     pub cancelled_timers: Arc<AtomicUsize>,
     /// The driver, created on the thread that first runs the loop. Only the loop thread
@@ -87,7 +88,7 @@ impl LoopCore {
     /// A new, idle loop. The driver itself is created when the loop first runs.
     pub fn new(requested: Requested, backend: BackendInfo) -> Self {
         LoopCore {
-            queues: Mutex::new(Queues::default()),
+            queues: GilCell::new(Queues::default()),
             cancelled_timers: Arc::new(AtomicUsize::new(0)),
             driver: Mutex::new(None),
             waker: Mutex::new(None),
@@ -118,13 +119,13 @@ impl LoopCore {
 
     /// Appends a ready handle (`call_soon`).
     #[inline]
-    pub fn push_ready(&self, handle: Py<Handle>) {
-        lock(&self.queues).ready.push_back(handle);
+    pub fn push_ready(&self, py: Python<'_>, handle: Py<Handle>) {
+        self.queues.with(py, |q| q.ready.push_back(handle));
     }
 
     /// Appends a ready handle from any thread and wakes the driver if it sleeps.
-    pub fn push_ready_threadsafe(&self, handle: Py<Handle>) {
-        lock(&self.queues).ready.push_back(handle);
+    pub fn push_ready_threadsafe(&self, py: Python<'_>, handle: Py<Handle>) {
+        self.queues.with(py, |q| q.ready.push_back(handle));
         self.stats.threadsafe_calls.fetch_add(1, Ordering::Relaxed);
         self.wake();
     }
@@ -141,24 +142,25 @@ impl LoopCore {
     }
 
     /// Pushes a timer onto the heap.
-    pub fn push_timer(&self, when: f64, timer: Py<TimerHandle>) {
-        lock(&self.queues).timers.push(when, timer);
+    pub fn push_timer(&self, py: Python<'_>, when: f64, timer: Py<TimerHandle>) {
+        self.queues.with(py, |q| q.timers.push(when, timer));
     }
 
     /// Empties every queue and drops the driver (loop close). Returns the Python objects
     /// removed so the caller drops them with no lock held.
-    pub fn clear(&self) -> Vec<Py<PyAny>> {
-        let mut out: Vec<Py<PyAny>> = Vec::new();
-        let mut q = lock(&self.queues);
-        out.extend(std::mem::take(&mut q.ready).into_iter().map(Py::into_any));
-        let timers = q.timers.drain();
-        for t in &timers {
-            t.get().unschedule();
-        }
-        out.extend(timers.into_iter().map(Py::into_any));
+    pub fn clear(&self, py: Python<'_>) -> Vec<Py<PyAny>> {
+        let out: Vec<Py<PyAny>> = self.queues.with(py, |q| {
+            let mut out: Vec<Py<PyAny>> = Vec::new();
+            out.extend(std::mem::take(&mut q.ready).into_iter().map(Py::into_any));
+            let timers = q.timers.drain();
+            for t in &timers {
+                t.get().unschedule();
+            }
+            out.extend(timers.into_iter().map(Py::into_any));
+            out.extend(q.watchers.clear());
+            out
+        });
         self.cancelled_timers.store(0, Ordering::Relaxed);
-        out.extend(q.watchers.clear());
-        drop(q);
         *lock(&self.waker) = None;
         if let Some(d) = lock(&self.driver).take() {
             if d.is_inherited() {

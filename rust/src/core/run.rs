@@ -29,7 +29,7 @@ pub struct Scratch {
 impl LoopCore {
     /// Creates the driver on the calling (running) thread if there is none yet, or replaces
     /// one inherited from a parent process.
-    pub fn ensure_driver(&self) -> PyResult<()> {
+    pub fn ensure_driver(&self, py: Python<'_>) -> PyResult<()> {
         let mut slot = lock(&self.driver);
         if let Some(d) = slot.as_ref() {
             if !d.is_inherited() {
@@ -38,7 +38,7 @@ impl LoopCore {
         }
         if let Some(old) = slot.take() {
             old.abandon();
-            lock(&self.queues).watchers.rearm_all();
+            self.queues.with(py, |q| q.watchers.rearm_all());
         }
         let (driver, reason) = driver::select(self.requested).map_err(|e| {
             let msg = format!("rsloop: cannot create the {:?} driver: {e}", self.requested);
@@ -65,7 +65,7 @@ impl LoopCore {
 
     /// Runs iterations until `stop()`; mirrors `run_forever`'s inner `while True` loop.
     pub fn run_forever(&self, py: Python<'_>, loop_obj: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.ensure_driver()?;
+        self.ensure_driver(py)?;
         let started = Instant::now();
         let mut scratch = Scratch::default();
         let result = loop {
@@ -90,26 +90,36 @@ impl LoopCore {
         scratch: &mut Scratch,
     ) -> PyResult<()> {
         self.stats.iterations.add(1);
-        let (mut timeout, work) = {
-            let mut q = lock(&self.queues);
-            self.drop_cancelled_timers(py, &mut q, scratch);
-            // Zero if anything is ready or we are stopping, else until the next timer.
-            let timeout = if !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed) {
-                Some(0.0)
-            } else {
-                q.timers
-                    .peek()
-                    .map(|(when, _)| wait_for(when - self.time()))
-            };
-            (timeout, q.watchers.take_work())
+        // The clock is read outside the cell: on some platforms it calls into Python.
+        let (now_due, next_deadline, work) = self.queues.with(py, |q| {
+            self.drop_cancelled_timers(py, q, scratch);
+            let now_due = !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed);
+            let next = q.timers.peek().map(|(when, _)| when);
+            (now_due, next, q.watchers.take_work())
+        });
+        // Zero if anything is ready or we are stopping, else until the next timer.
+        let mut timeout = if now_due {
+            Some(0.0)
+        } else {
+            next_deadline.map(|when| wait_for(when - self.time()))
         };
         self.poll_driver(py, &mut timeout, work, scratch)?;
-        {
-            let mut q = lock(&self.queues);
-            self.process_completions(py, &mut q, scratch);
-            self.fire_timers(py, &mut q);
-            std::mem::swap(&mut scratch.batch, &mut q.ready);
+        let first_deadline = self.queues.with(py, |q| {
+            self.process_completions(py, q, scratch);
+            q.timers.peek().map(|(when, _)| when)
+        });
+        if let Some(first) = first_deadline {
+            let end_time = self.time() + self.clock_resolution;
+            // Not `first < end_time`: a NaN deadline (call_at(nan)) is due, as in asyncio,
+            // where `when >= end_time` is false for it.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            let due = !(first >= end_time);
+            if due {
+                self.queues.with(py, |q| self.fire_timers(py, q, end_time));
+            }
         }
+        self.queues
+            .with(py, |q| std::mem::swap(&mut scratch.batch, &mut q.ready));
         drop(std::mem::take(&mut scratch.to_drop));
         self.run_ready(py, loop_obj, scratch)
     }
@@ -165,7 +175,7 @@ impl LoopCore {
                 interest: side.interest(),
             };
             if driver.submit(token, op).is_err() {
-                lock(&self.queues).watchers.arm_failed(token);
+                self.queues.with(py, |q| q.watchers.arm_failed(token));
             }
         }
 
@@ -174,7 +184,7 @@ impl LoopCore {
             // Announce the sleep, then look once more: a post that raced us is either seen
             // here or sees `needs_wake` and wakes the driver.
             self.needs_wake.store(true, Ordering::SeqCst);
-            if !lock(&self.queues).ready.is_empty() {
+            if !self.queues.with(py, |q| q.ready.is_empty()) {
                 self.needs_wake.store(false, Ordering::SeqCst);
                 *timeout = Some(0.0);
             }
@@ -221,14 +231,7 @@ impl LoopCore {
     }
 
     // mirrors _run_once: "Handle 'later' callbacks that are ready."
-    fn fire_timers(&self, py: Python<'_>, q: &mut Queues) {
-        let Some((first, _)) = q.timers.peek() else {
-            return;
-        };
-        let end_time = self.time() + self.clock_resolution;
-        if first >= end_time {
-            return;
-        }
+    fn fire_timers(&self, py: Python<'_>, q: &mut Queues, end_time: f64) {
         let mut fired = 0;
         while let Some((when, _)) = q.timers.peek() {
             if when >= end_time {
@@ -236,7 +239,7 @@ impl LoopCore {
             }
             let Some((_, t)) = q.timers.pop() else { break };
             t.get().unschedule();
-            q.ready.push_back(t.bind(py).clone().into_super().unbind());
+            q.ready.push_back(t.into_bound(py).into_super().unbind());
             fired += 1;
         }
         self.stats.timers_fired.add(fired);
@@ -272,11 +275,11 @@ impl LoopCore {
                 if let Err(fatal) = self.report_callback_error(py, loop_obj, &handle, err) {
                     // KeyboardInterrupt / SystemExit: leave the rest of the batch queued in
                     // front of anything added since, as asyncio's deque would.
-                    let mut q = lock(&self.queues);
-                    while let Some(rest) = scratch.batch.pop_back() {
-                        q.ready.push_front(rest);
-                    }
-                    drop(q);
+                    self.queues.with(py, |q| {
+                        while let Some(rest) = scratch.batch.pop_back() {
+                            q.ready.push_front(rest);
+                        }
+                    });
                     self.stats.callbacks.add(ran);
                     return Err(fatal);
                 }

@@ -88,18 +88,20 @@ impl Watchers {
         self.by_fd.is_empty()
     }
 
-    /// Installs `handle` for `fd`/`side`; returns the handle it replaces (which the caller
-    /// cancels, as asyncio does, outside any lock).
+    /// Installs `handle` for `fd`/`side`. When a watcher was there already, its handle is
+    /// replaced and returned with the now unused `fileobj` (the registration keeps its first
+    /// file object, as a selector key does): the caller cancels the old handle, as asyncio
+    /// does, and drops both outside the cell.
     pub fn add(
         &mut self,
         fd: i32,
         side: Side,
         handle: Py<Handle>,
         fileobj: Py<PyAny>,
-    ) -> Option<Py<Handle>> {
+    ) -> Option<Removed> {
         let entry = self.by_fd.entry(fd).or_default();
         match &mut entry[slot(side)] {
-            Some(w) => Some(std::mem::replace(&mut w.handle, handle)),
+            Some(w) => Some((std::mem::replace(&mut w.handle, handle), fileobj)),
             empty => {
                 *empty = Some(Watch {
                     handle,

@@ -111,7 +111,7 @@ impl Loop {
             Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?,
             py,
         );
-        self.core.push_timer(when, timer.clone_ref(py));
+        self.core.push_timer(py, when, timer.clone_ref(py));
         Ok(timer)
     }
 
@@ -131,14 +131,18 @@ impl Loop {
             Py::new(py, self.new_handle(py, callback, args, None, debug)?)?,
             py,
         );
-        let already = lock(&self.core.queues).watchers.get(py, fd, side).is_some();
+        let already = self
+            .core
+            .queues
+            .with(py, |q| q.watchers.get(py, fd, side).is_some());
         if !already {
             crate::sys::fd_check_pollable(fd).map_err(|e| crate::errors::os_error(&e))?;
         }
-        let replaced = lock(&self.core.queues)
-            .watchers
-            .add(fd, side, handle, fileobj);
-        if let Some(old) = replaced {
+        let replaced = self
+            .core
+            .queues
+            .with(py, |q| q.watchers.add(fd, side, handle, fileobj));
+        if let Some((old, _unused_fileobj)) = replaced {
             Handle::cancel_inner(old.bind(py))?;
         }
         Ok(())
@@ -150,12 +154,12 @@ impl Loop {
         }
         let fd = match fileobj_to_fd(fd) {
             Ok(n) => n,
-            Err(e) => match lock(&self.core.queues).watchers.fd_of_object(fd) {
+            Err(e) => match self.core.queues.with(py, |q| q.watchers.fd_of_object(fd)) {
                 Some(n) => n,
                 None => return Err(e),
             },
         };
-        let removed = lock(&self.core.queues).watchers.remove(fd, side);
+        let removed = self.core.queues.with(py, |q| q.watchers.remove(fd, side));
         match removed {
             Some((h, _fileobj)) => {
                 Handle::cancel_inner(h.bind(py))?;
@@ -218,7 +222,7 @@ impl Loop {
     /// Marks the loop closed and releases queues, timers, watchers and the driver.
     fn _close_native(&self, py: Python<'_>) {
         self.core.closed.store(true, Ordering::Relaxed);
-        let dropped = self.core.clear();
+        let dropped = self.core.clear(py);
         drop(dropped);
         let _ = py;
     }
@@ -255,7 +259,7 @@ impl Loop {
             Py::new(py, self.new_handle(py, callback, args, context, debug)?)?,
             py,
         );
-        self.core.push_ready(handle.clone_ref(py));
+        self.core.push_ready(py, handle.clone_ref(py));
         Ok(handle)
     }
 
@@ -281,9 +285,9 @@ impl Loop {
         );
         let owner = self.core.thread_id.load(Ordering::Relaxed);
         if owner != 0 && owner == thread_ident() {
-            self.core.push_ready(handle.clone_ref(py));
+            self.core.push_ready(py, handle.clone_ref(py));
         } else {
-            self.core.push_ready_threadsafe(handle.clone_ref(py));
+            self.core.push_ready_threadsafe(py, handle.clone_ref(py));
         }
         Ok(handle)
     }
@@ -427,8 +431,9 @@ impl Loop {
         d.set_item("kernel_enters", s.driver.enters.load(Ordering::Relaxed))?;
         d.set_item("completions", s.driver.completions.load(Ordering::Relaxed))?;
         let (ready, timers, watchers) = {
-            let q = lock(&self.core.queues);
-            (q.ready.len(), q.timers.len(), q.watchers.len())
+            self.core
+                .queues
+                .with(py, |q| (q.ready.len(), q.timers.len(), q.watchers.len()))
         };
         d.set_item("ready", ready)?;
         d.set_item("timers", timers)?;

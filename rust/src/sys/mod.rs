@@ -41,4 +41,5 @@ pub fn fd_check_pollable(_fd: crate::driver::op::RawFd) -> std::io::Result<()> {
 }
 
 pub mod clock;
+pub mod gil;
 pub mod python;
