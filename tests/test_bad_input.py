@@ -1,0 +1,184 @@
+"""Bad arguments: the same exception, at the same moment, as stdlib asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+from conftest import is_rsloop_native
+
+
+def run_once(loop) -> None:
+    loop.stop()
+    loop.run_forever()
+
+
+def asyncio_reference(scenario):
+    """Run ``scenario(loop, log)`` on a fresh stdlib loop; return its result and log."""
+    ref = asyncio.new_event_loop()
+    log: list = []
+    ref.set_exception_handler(lambda _lp, ctx: log.append(ctx))
+    try:
+        return scenario(ref, log), log
+    finally:
+        ref.close()
+
+
+async def _coro_fn():
+    pass
+
+
+def test_non_debug_call_soon_non_callable_fails_at_run_time(loop, handler_log):
+    out = []
+    h = loop.call_soon(42)  # accepted: asyncio checks callables in debug mode only
+    loop.call_soon(out.append, "after")
+    run_once(loop)
+    assert out == ["after"]
+    [ctx] = handler_log.take()
+    assert ctx["message"] == "Exception in callback 42()"
+    assert isinstance(ctx["exception"], TypeError)
+    assert str(ctx["exception"]) == "'int' object is not callable"
+    assert ctx["handle"] is h
+
+
+def test_non_debug_call_later_non_callable_fails_at_run_time(loop, handler_log):
+    loop.call_later(0, None)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    [ctx] = handler_log.take()
+    assert isinstance(ctx["exception"], TypeError)
+    assert ctx["message"] == "Exception in callback None()"
+
+
+def test_non_debug_call_soon_coroutine_object_like_asyncio(loop, handler_log):
+    def scenario(lp, log):
+        coro = _coro_fn()
+        try:
+            lp.call_soon(coro)
+            run_once(lp)
+        finally:
+            coro.close()
+        return [(type(c["exception"]), str(c["exception"])) for c in log]
+
+    expected, _ = asyncio_reference(scenario)
+    assert expected == [(TypeError, "'coroutine' object is not callable")]
+    got = scenario(loop, handler_log)
+    assert got == expected
+    handler_log.take()
+
+
+def test_non_context_context_fails_at_run_time_like_asyncio(loop, handler_log):
+    def scenario(lp, log):
+        out = []
+        lp.call_soon(out.append, "x", context=42)
+        lp.call_soon(out.append, "after")
+        run_once(lp)
+        return out, [(type(c["exception"]), c["message"]) for c in log]
+
+    expected, _ = asyncio_reference(scenario)
+    # asyncio calls context.run(...): an int has no .run
+    assert expected[0] == ["after"]
+    assert [t for t, _ in expected[1]] == [AttributeError]
+    got = scenario(loop, handler_log)
+    handler_log.take()
+    assert got == expected
+
+
+def test_context_like_object_with_run_method_is_used(loop):
+    # asyncio only calls ``context.run(callback, *args)``; a duck-typed context works.
+    calls = []
+
+    class FakeContext:
+        def run(self, callback, *args):
+            calls.append("run")
+            return callback(*args)
+
+    out = []
+    loop.call_soon(out.append, 1, context=FakeContext())
+    run_once(loop)
+    assert out == [1]
+    assert calls == ["run"]
+
+
+def test_reentering_the_callbacks_own_context_fails(loop, handler_log):
+    # The loop runs the callback inside the given Context object itself (not a copy), so
+    # entering it again from the callback fails as Context.run does.
+    ctx = contextvars.copy_context()
+    loop.call_soon(lambda: ctx.run(lambda: None), context=ctx)
+    run_once(loop)
+    [c] = handler_log.take()
+    assert type(c["exception"]) is RuntimeError
+    assert "already entered" in str(c["exception"])
+
+
+def test_run_until_complete_on_closed_loop(loop):
+    loop.close()
+    fut = asyncio.Future(loop=loop)
+    with pytest.raises(RuntimeError, match=r"^Event loop is closed$"):
+        loop.run_until_complete(fut)
+    coro = _coro_fn()
+    with pytest.raises(RuntimeError, match=r"^Event loop is closed$"):
+        loop.run_until_complete(coro)
+    assert coro.cr_frame is not None  # not started, not wrapped in a task
+    coro.close()
+
+
+def test_run_until_complete_while_running_leaves_coroutine_alone(loop):
+    errors = []
+    coro = _coro_fn()
+
+    def nested():
+        try:
+            loop.run_until_complete(coro)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        loop.stop()
+
+    loop.call_soon(nested)
+    loop.run_forever()
+    assert errors == ["This event loop is already running"]
+    coro.close()
+
+
+def test_run_forever_while_running(loop):
+    errors = []
+
+    def nested():
+        try:
+            loop.run_forever()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        loop.call_soon(loop.stop)
+
+    loop.call_soon(nested)
+    loop.run_forever()
+    assert errors == ["This event loop is already running"]
+    assert not loop.is_running()
+    run_once(loop)  # still usable
+
+
+def test_call_later_bad_delay_type(loop):
+    with pytest.raises(TypeError):
+        loop.call_later(object(), lambda: None)
+
+
+def test_add_reader_bad_fd_types(loop):
+    with pytest.raises(ValueError, match=r"^Invalid file object: "):
+        loop.add_reader("3", lambda: None)
+    with pytest.raises(ValueError, match=r"^Invalid file object: "):
+        loop.add_reader(3.0, lambda: None)
+    with pytest.raises(ValueError, match=r"^Invalid file descriptor: -5$"):
+        loop.add_writer(-5, lambda: None)
+
+
+def test_set_exception_handler_non_callable(loop):
+    with pytest.raises(TypeError, match=r"^A callable object or None is expected, got 'x'$"):
+        loop.set_exception_handler("x")
+
+
+def test_bogus_backend_name(loop):
+    if not is_rsloop_native(loop):
+        pytest.skip("Loop(backend=...) is rsloop's native loop only")
+    with pytest.raises(ValueError, match="bogus"):
+        type(loop)(backend="bogus")

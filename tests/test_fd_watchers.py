@@ -1,0 +1,430 @@
+"""add_reader / add_writer: readiness callbacks on file descriptors, as asyncio's selectors."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import tempfile
+
+import pytest
+
+
+def run_for(loop, seconds: float) -> None:
+    loop.call_later(seconds, loop.stop)
+    loop.run_forever()
+
+
+def run_once(loop) -> None:
+    loop.stop()
+    loop.run_forever()
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def asyncio_error(ref, call):
+    """What stdlib asyncio loop ``ref`` raises for ``call(ref)``."""
+    try:
+        call(ref)
+    except Exception as exc:  # noqa: BLE001 - the reference outcome, whatever it is
+        return exc
+    return None
+
+
+@pytest.fixture
+def asyncio_loop():
+    """A stdlib loop to compare with (created first, so its own fds are already taken)."""
+    ref = asyncio.new_event_loop()
+    yield ref
+    ref.close()
+
+
+def test_reader_fires_when_data_arrives(loop, pair):
+    a, b = pair
+    got = []
+
+    def on_readable():
+        got.append(a.recv(100))
+        loop.stop()
+
+    loop.add_reader(a.fileno(), on_readable)
+    loop.call_later(0.02, b.send, b"hello")
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert got == [b"hello"]
+    assert loop.remove_reader(a.fileno())
+
+
+def test_reader_does_not_fire_without_data(loop, pair):
+    a, _ = pair
+    calls = []
+    loop.add_reader(a, calls.append, "x")
+    run_for(loop, 0.03)
+    assert calls == []
+    assert loop.remove_reader(a)
+
+
+def test_reader_is_level_triggered_and_stops_after_draining(loop, pair):
+    a, b = pair
+    b.send(b"0123456789")
+    got = []
+    spurious = []
+
+    def on_readable():
+        try:
+            got.append(a.recv(1))  # read one byte: the rest keeps the fd readable
+        except BlockingIOError:
+            spurious.append(1)
+            return
+        if len(got) == 10:
+            loop.call_later(0.05, loop.stop)  # a few more iterations: must stay silent
+
+    loop.add_reader(a, on_readable)
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert b"".join(got) == b"0123456789"
+    assert spurious == []
+    assert loop.remove_reader(a)
+
+
+def test_reader_fires_again_for_new_data_after_drain(loop, pair):
+    a, b = pair
+    got = []
+
+    def on_readable():
+        got.append(a.recv(100))
+        if len(got) == 1:
+            loop.call_later(0.01, b.send, b"second")
+        else:
+            loop.stop()
+
+    loop.add_reader(a, on_readable)
+    b.send(b"first")
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert got == [b"first", b"second"]
+    loop.remove_reader(a)
+
+
+def test_remove_reader_returns_whether_one_was_removed(loop, pair):
+    a, b = pair
+    assert loop.remove_reader(a) is False
+    loop.add_reader(a, lambda: None)
+    assert loop.remove_reader(a) is True
+    assert loop.remove_reader(a) is False
+    assert loop.remove_writer(a) is False
+    b.send(b"x")
+    run_for(loop, 0.02)  # removed reader must not fire
+
+
+def test_removed_reader_does_not_fire(loop, pair):
+    a, b = pair
+    calls = []
+    loop.add_reader(a, calls.append, 1)
+    run_once(loop)  # armed
+    loop.remove_reader(a)
+    b.send(b"x")
+    run_for(loop, 0.03)
+    assert calls == []
+
+
+def test_writer_fires_when_writable(loop, pair):
+    a, _ = pair
+    calls = []
+
+    def on_writable():
+        calls.append(1)
+        loop.remove_writer(a)
+        loop.stop()
+
+    loop.add_writer(a, on_writable)
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert calls == [1]
+    assert loop.remove_writer(a) is False
+
+
+def test_writer_is_level_triggered(loop, pair):
+    a, _ = pair
+    calls = []
+
+    def on_writable():
+        calls.append(1)
+        if len(calls) == 3:
+            loop.remove_writer(a)
+            loop.stop()
+
+    loop.add_writer(a, on_writable)
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert calls == [1, 1, 1]
+
+
+def test_writer_args_are_passed(loop, pair):
+    a, _ = pair
+    got = []
+
+    def on_writable(*args):
+        got.append(args)
+        loop.remove_writer(a)
+        loop.stop()
+
+    loop.add_writer(a.fileno(), on_writable, 1, "two")
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert got == [(1, "two")]
+
+
+def test_replacing_a_reader_replaces_the_callback(loop, pair):
+    a, b = pair
+    calls = []
+
+    def second():
+        calls.append("second")
+        a.recv(100)
+        loop.stop()
+
+    loop.add_reader(a, calls.append, "first")
+    run_once(loop)
+    loop.add_reader(a, second)
+    b.send(b"x")
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert calls == ["second"]
+    assert loop.remove_reader(a) is True
+    assert loop.remove_reader(a) is False
+
+
+def test_reader_and_writer_on_the_same_fd(loop, pair):
+    a, b = pair
+    events = []
+
+    def on_writable():
+        events.append("w")
+        loop.remove_writer(a)
+        b.send(b"ping")
+
+    def on_readable():
+        events.append(("r", a.recv(100)))
+        loop.stop()
+
+    loop.add_reader(a, on_readable)
+    loop.add_writer(a, on_writable)
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert events == ["w", ("r", b"ping")]
+    # removing the writer left the reader in place
+    assert loop.remove_reader(a) is True
+
+
+def test_remove_writer_keeps_reader(loop, pair):
+    a, b = pair
+    got = []
+    loop.add_reader(a, lambda: (got.append(a.recv(10)), loop.stop()))
+    loop.add_writer(a, lambda: None)
+    assert loop.remove_writer(a) is True
+    b.send(b"r")
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert got == [b"r"]
+    assert loop.remove_reader(a) is True
+
+
+def test_add_reader_with_file_object(loop, pair):
+    a, b = pair
+
+    class HasFileno:
+        def fileno(self):
+            return a.fileno()
+
+    got = []
+    obj = HasFileno()
+    loop.add_reader(obj, lambda: (got.append(a.recv(10)), loop.stop()))
+    b.send(b"obj")
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    assert got == [b"obj"]
+    # the same fd by number, object or socket is the same watcher
+    assert loop.remove_reader(a.fileno()) is True
+    assert loop.remove_reader(obj) is False
+
+
+def test_add_reader_invalid_fd(loop):
+    with pytest.raises(ValueError, match=r"^Invalid file descriptor: -1$"):
+        loop.add_reader(-1, lambda: None)
+    with pytest.raises(ValueError, match=r"^Invalid file descriptor: -1$"):
+        loop.add_writer(-1, lambda: None)
+
+
+def test_add_reader_object_without_fileno(loop):
+    with pytest.raises(ValueError, match=r"^Invalid file object: "):
+        loop.add_reader(object(), lambda: None)
+    with pytest.raises(ValueError, match=r"^Invalid file object: "):
+        loop.remove_reader("not a file")
+
+
+def test_add_reader_closed_fd_raises_ebadf_like_asyncio(loop, asyncio_loop):
+    r, w = os.pipe()
+    os.close(r)
+    os.close(w)
+    expected = asyncio_error(asyncio_loop, lambda lp: lp.add_reader(r, lambda: None))
+    assert isinstance(expected, OSError) and expected.errno == errno.EBADF
+    with pytest.raises(OSError) as info:
+        loop.add_reader(r, lambda: None)
+    assert type(info.value) is type(expected)
+    assert info.value.errno == errno.EBADF
+    assert loop.remove_reader(r) is False
+
+
+def test_add_reader_regular_file_raises_eperm_like_asyncio(loop, asyncio_loop):
+    with tempfile.TemporaryFile() as f:
+        expected = asyncio_error(asyncio_loop, lambda lp: lp.add_reader(f, lambda: None))
+        assert isinstance(expected, PermissionError) and expected.errno == errno.EPERM
+        with pytest.raises(PermissionError) as info:
+            loop.add_reader(f, lambda: None)
+        assert info.value.errno == errno.EPERM
+        with pytest.raises(PermissionError):
+            loop.add_writer(f.fileno(), lambda: None)
+        assert loop.remove_reader(f) is False
+
+
+def test_remove_reader_after_fd_closed_does_not_crash(loop):
+    a, b = socket.socketpair()
+    fd = a.fileno()
+    try:
+        loop.add_reader(fd, lambda: None)
+        run_once(loop)  # armed in the kernel
+    finally:
+        a.close()
+    try:
+        assert loop.remove_reader(fd) is True
+        run_for(loop, 0.01)
+        assert loop.remove_reader(fd) is False
+    finally:
+        b.close()
+
+
+def test_remove_reader_by_closed_socket_object(loop):
+    # selectors find a registered object even after its fileno() became -1
+    a, b = socket.socketpair()
+    try:
+        loop.add_reader(a, lambda: None)
+        run_once(loop)
+    finally:
+        a.close()
+        b.close()
+    assert loop.remove_reader(a) is True
+    run_for(loop, 0.01)
+
+
+def test_reader_on_fd_closed_while_watched_keeps_loop_running(loop):
+    a, b = socket.socketpair()
+    calls = []
+    loop.add_reader(a.fileno(), calls.append, 1)
+    run_once(loop)
+    fd = a.fileno()
+    a.close()
+    b.close()
+    run_for(loop, 0.02)  # whatever the watcher does, the loop keeps going
+    loop.remove_reader(fd)
+    out = []
+    loop.call_soon(out.append, "alive")
+    run_once(loop)
+    assert out == ["alive"]
+
+
+def test_many_fds_all_delivered(loop):
+    pairs = [socket.socketpair() for _ in range(100)]
+    try:
+        got = {}
+
+        def on_readable(i, sock):
+            got[i] = sock.recv(100)
+            loop.remove_reader(sock)
+            if len(got) == len(pairs):
+                loop.stop()
+
+        for i, (a, _) in enumerate(pairs):
+            a.setblocking(False)
+            loop.add_reader(a, on_readable, i, a)
+        for i, (_, b) in enumerate(pairs):
+            b.send(str(i).encode())
+        guard = loop.call_later(10, loop.stop)
+        loop.run_forever()
+        guard.cancel()
+        assert got == {i: str(i).encode() for i in range(100)}
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+def test_remove_on_closed_loop_returns_false(loop, pair):
+    a, _ = pair
+    loop.add_reader(a, lambda: None)
+    loop.add_writer(a, lambda: None)
+    loop.close()
+    assert loop.remove_reader(a) is False
+    assert loop.remove_writer(a) is False
+
+
+def test_add_reader_on_closed_loop_raises(loop, pair):
+    a, _ = pair
+    loop.close()
+    with pytest.raises(RuntimeError, match=r"^Event loop is closed$"):
+        loop.add_reader(a, lambda: None)
+    with pytest.raises(RuntimeError, match=r"^Event loop is closed$"):
+        loop.add_writer(a, lambda: None)
+
+
+def test_exception_in_reader_goes_to_handler(loop, pair, handler_log):
+    a, b = pair
+
+    def boom():
+        a.recv(100)
+        loop.stop()
+        raise ValueError("reader")
+
+    loop.add_reader(a, boom)
+    b.send(b"x")
+    guard = loop.call_later(10, loop.stop)
+    loop.run_forever()
+    guard.cancel()
+    [ctx] = handler_log.take()
+    assert isinstance(ctx["exception"], ValueError)
+    assert ctx["message"].startswith("Exception in callback ")
+    loop.remove_reader(a)
+
+
+def test_sock_recv_style_future_via_reader(loop, pair):
+    a, b = pair
+
+    async def recv():
+        fut = loop.create_future()
+        loop.add_reader(a, lambda: fut.done() or fut.set_result(a.recv(100)))
+        try:
+            return await fut
+        finally:
+            loop.remove_reader(a)
+
+    loop.call_later(0.01, b.send, b"await")
+    assert loop.run_until_complete(asyncio.wait_for(recv(), 10)) == b"await"
