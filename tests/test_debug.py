@@ -311,3 +311,29 @@ def test_handle_repr_of_function_callback(loop):
     )
     assert repr(h) == expected
     h.cancel()
+
+
+def _raise_with(x):
+    raise ValueError(x)
+
+
+def test_exception_message_shows_args_in_debug(loop, handler_log):
+    loop.set_debug(True)
+    loop.call_soon(_raise_with, 1)
+    run_once(loop)
+    [ctx] = handler_log.take()
+    code = _raise_with.__code__
+    assert ctx["message"] == (
+        f"Exception in callback _raise_with(1) at {code.co_filename}:{code.co_firstlineno}"
+    )
+
+
+def test_exception_message_args_without_debug(loop, handler_log):
+    loop.call_soon(_raise_with, 1)
+    run_once(loop)
+    [ctx] = handler_log.take()
+    code = _raise_with.__code__
+    args = "(1)" if ARGS_SHOWN else "()"
+    assert ctx["message"] == (
+        f"Exception in callback _raise_with{args} at {code.co_filename}:{code.co_firstlineno}"
+    )
