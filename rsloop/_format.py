@@ -9,6 +9,15 @@ from __future__ import annotations
 import sys
 from asyncio import coroutines, format_helpers
 
+from ._compat import PY313
+
+
+def _source(callback, args, handle) -> str:
+    # 3.13+ shows a callback's arguments only in debug mode.
+    if PY313:
+        return format_helpers._format_callback_source(callback, args, debug=handle._debug)
+    return format_helpers._format_callback_source(callback, args)
+
 
 def handle_repr(handle) -> str:
     """``repr()`` of a native Handle/TimerHandle, in asyncio's words."""
@@ -18,7 +27,7 @@ def handle_repr(handle) -> str:
         info.append("cancelled")
     callback = handle._callback
     if callback is not None:
-        info.append(format_helpers._format_callback_source(callback, handle._args))
+        info.append(_source(callback, handle._args, handle))
     tb = handle._source_traceback
     if tb:
         frame = tb[-1]
@@ -30,7 +39,7 @@ def handle_repr(handle) -> str:
 
 
 def callback_source(handle) -> str:
-    return format_helpers._format_callback_source(handle._callback, handle._args)
+    return _source(handle._callback, handle._args, handle)
 
 
 def check_callback(callback, method: str) -> None:

@@ -20,23 +20,29 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The callable and its positional arguments; dropped on cancel, as asyncio does.
-struct CallbackData {
-    callback: Py<PyAny>,
-    args: Py<PyTuple>,
-}
-
-/// A callback scheduled with `call_soon`, or an fd watcher's callback.
-#[pyclass(frozen, subclass, weakref, module = "rsloop._rsloop", name = "Handle")]
-pub struct Handle {
-    data: GilCell<Option<CallbackData>>,
-    context: Py<PyAny>,
-    cancelled: AtomicBool,
+/// What a handle runs. The callback and arguments are dropped on cancel, as asyncio does.
+struct HandleState {
+    callback: Option<Py<PyAny>>,
+    args: Option<Py<PyTuple>>,
+    context: Option<Py<PyAny>>,
     /// `traceback.extract_stack()` at creation, in debug mode only.
     source_traceback: Option<Py<PyAny>>,
+    debug: bool,
+}
+
+/// The Python objects a handle let go of; dropped by the caller outside any cell.
+pub struct Released(#[allow(dead_code)] HandleState);
+
+/// A callback scheduled with `call_soon`, or an fd watcher's callback.
+///
+/// All mutable state sits in one GIL-guarded cell so that a finished handle nobody else
+/// references can be recycled for the next `call_soon` (see `core::Queues::free`).
+#[pyclass(frozen, subclass, module = "rsloop._rsloop", name = "Handle")]
+pub struct Handle {
+    state: GilCell<HandleState>,
+    cancelled: AtomicBool,
     /// `repr(self)` kept at cancel time in debug mode, as asyncio keeps `_repr`.
     repr_cache: Mutex<Option<String>>,
-    debug: bool,
 }
 
 /// How a handle is run and what it tells the caller.
@@ -57,13 +63,49 @@ impl Handle {
         debug: bool,
     ) -> Self {
         Handle {
-            data: GilCell::new(Some(CallbackData { callback, args })),
-            context,
+            state: GilCell::new(HandleState {
+                callback: Some(callback),
+                args: Some(args),
+                context: Some(context),
+                source_traceback,
+                debug,
+            }),
             cancelled: AtomicBool::new(false),
-            source_traceback,
             repr_cache: Mutex::new(None),
-            debug,
         }
+    }
+
+    /// Gives a finished, unreferenced handle new contents (the freelist's reuse). Returns
+    /// nothing to drop: a recycled handle was emptied by [`Handle::empty`].
+    pub fn refill(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Py<PyAny>,
+        source_traceback: Option<Py<PyAny>>,
+        debug: bool,
+    ) {
+        self.state.with(py, |st| {
+            st.callback = Some(callback);
+            st.args = Some(args);
+            st.context = Some(context);
+            st.source_traceback = source_traceback;
+            st.debug = debug;
+        });
+        self.cancelled.store(false, Ordering::Relaxed);
+    }
+
+    /// Takes every Python object out of the handle (before it goes on the freelist).
+    pub fn empty(&self, py: Python<'_>) -> Released {
+        *lock(&self.repr_cache) = None;
+        Released(self.state.with(py, |st| HandleState {
+            callback: st.callback.take(),
+            args: st.args.take(),
+            context: st.context.take(),
+            source_traceback: st.source_traceback.take(),
+            debug: false,
+        }))
     }
 
     /// Whether `cancel()` was called.
@@ -74,33 +116,49 @@ impl Handle {
 
     /// Runs the callback under its context, like `asyncio.Handle._run` minus the reporting.
     pub fn run(&self, py: Python<'_>) -> RunOutcome {
-        let cloned = self.data.with(py, |d| {
-            d.as_ref()
-                .map(|d| (d.callback.clone_ref(py), d.args.clone_ref(py)))
-        });
-        let Some((callback, args)) = cloned else {
+        let cloned = self
+            .state
+            .with(py, |st| match (&st.callback, &st.args, &st.context) {
+                (Some(cb), Some(args), Some(ctx)) => {
+                    Some((cb.clone_ref(py), args.clone_ref(py), ctx.clone_ref(py)))
+                }
+                _ => None,
+            });
+        let Some((callback, args, context)) = cloned else {
             return RunOutcome::Done;
         };
-        match call_in_context(self.context.bind(py), callback.bind(py), args.bind(py)) {
+        match call_in_context(context.bind(py), callback.bind(py), args.bind(py)) {
             Ok(_) => RunOutcome::Done,
             Err(e) => RunOutcome::Raised(e),
         }
     }
 
-    /// Marks the handle cancelled and releases the callback (outside the lock, since
+    /// Marks the handle cancelled and releases the callback (outside the cell, since
     /// dropping it can run arbitrary Python code).
     pub fn cancel_inner(slf: &Bound<'_, Handle>) -> PyResult<bool> {
         let this = slf.get();
+        let py = slf.py();
         if this.cancelled.swap(true, Ordering::Relaxed) {
             return Ok(false);
         }
-        if this.debug {
+        if this.state.with(py, |st| st.debug) {
             let text = slf.repr()?.to_string();
             *lock(&this.repr_cache) = Some(text);
         }
-        let released = this.data.with(slf.py(), Option::take);
+        let released = this
+            .state
+            .with(py, |st| (st.callback.take(), st.args.take()));
         drop(released);
         Ok(true)
+    }
+
+    fn clone_field<T>(
+        &self,
+        py: Python<'_>,
+        field: impl FnOnce(&HandleState) -> &Option<Py<T>>,
+    ) -> Option<Py<T>> {
+        self.state
+            .with(py, |st| field(st).as_ref().map(|o| o.clone_ref(py)))
     }
 }
 
@@ -128,20 +186,25 @@ impl Handle {
         self.is_cancelled()
     }
 
-    fn get_context(&self, py: Python<'_>) -> Py<PyAny> {
-        self.context.clone_ref(py)
+    fn get_context(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.clone_field(py, |st| &st.context)
     }
 
     #[getter]
     fn _callback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.data
-            .with(py, |d| d.as_ref().map(|d| d.callback.clone_ref(py)))
+        self.clone_field(py, |st| &st.callback)
     }
 
     #[getter]
     fn _args(&self, py: Python<'_>) -> Option<Py<PyTuple>> {
-        self.data
-            .with(py, |d| d.as_ref().map(|d| d.args.clone_ref(py)))
+        self.clone_field(py, |st| &st.args)
+    }
+
+    /// Whether the loop was in debug mode when this handle was made (3.13+ formats the
+    /// arguments only then).
+    #[getter]
+    fn _debug(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |st| st.debug)
     }
 
     #[getter]
@@ -150,13 +213,13 @@ impl Handle {
     }
 
     #[getter]
-    fn _context(&self, py: Python<'_>) -> Py<PyAny> {
-        self.context.clone_ref(py)
+    fn _context(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.clone_field(py, |st| &st.context)
     }
 
     #[getter]
     fn _source_traceback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.source_traceback.as_ref().map(|t| t.clone_ref(py))
+        self.clone_field(py, |st| &st.source_traceback)
     }
 
     #[getter]

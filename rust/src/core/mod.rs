@@ -48,7 +48,14 @@ pub struct Queues {
     pub timers: TimerHeap<Py<TimerHandle>>,
     /// fd watchers.
     pub watchers: Watchers,
+    /// Finished handles nobody else referenced, emptied, for `call_soon` to reuse: a
+    /// freelist, like CPython's for its own small objects. Saves an allocation and a
+    /// garbage-collector count per callback.
+    pub free: Vec<Py<Handle>>,
 }
+
+/// At most this many handles wait on the freelist (about 100 bytes each).
+pub const FREE_HANDLES_MAX: usize = 8192;
 
 /// State of one event loop.
 pub struct LoopCore {
@@ -158,6 +165,7 @@ impl LoopCore {
             }
             out.extend(timers.into_iter().map(Py::into_any));
             out.extend(q.watchers.clear());
+            out.extend(q.free.drain(..).map(Py::into_any));
             out
         });
         self.cancelled_timers.store(0, Ordering::Relaxed);

@@ -12,10 +12,11 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::watchers::DriverWork;
-use super::{BackendInfo, LoopCore, Queues, MAX_WAIT_SECS};
+use super::{BackendInfo, LoopCore, Queues, FREE_HANDLES_MAX, MAX_WAIT_SECS};
 use crate::driver::{self, Completion, Op, Requested};
 use crate::errors::os_error;
 use crate::handles::{lock, Handle, RunOutcome};
+use crate::sys::python::refcnt;
 use crate::timers::should_compact;
 
 /// Scratch space reused across iterations of one `run_forever`.
@@ -270,6 +271,7 @@ impl LoopCore {
                     loop_obj.call_method1(intern!(py, "_warn_slow_callback"), (&handle, dt))?;
                 }
             }
+            let outcome_is_ok = matches!(outcome, RunOutcome::Done);
             if let RunOutcome::Raised(err) = outcome {
                 self.stats.callback_errors.add(1);
                 if let Err(fatal) = self.report_callback_error(py, loop_obj, &handle, err) {
@@ -284,9 +286,35 @@ impl LoopCore {
                     return Err(fatal);
                 }
             }
+            if outcome_is_ok {
+                self.recycle(py, handle);
+            }
         }
         self.stats.callbacks.add(ran);
         Ok(())
+    }
+
+    // Puts a finished handle on the freelist if nothing but the batch referenced it (the
+    // caller dropped what call_soon returned), it is a plain Handle (timers keep their
+    // deadline immutable), and there is room.
+    fn recycle(&self, py: Python<'_>, handle: Py<Handle>) {
+        let released = {
+            let bound = handle.bind(py);
+            if refcnt(bound.as_any()) != 1 || !bound.is_exact_instance_of::<Handle>() {
+                return;
+            }
+            bound.get().empty(py)
+        };
+        drop(released);
+        let overflow = self.queues.with(py, |q| {
+            if q.free.len() < FREE_HANDLES_MAX {
+                q.free.push(handle);
+                None
+            } else {
+                Some(handle)
+            }
+        });
+        drop(overflow);
     }
 
     fn count_inject_batch(&self) {

@@ -60,14 +60,14 @@ impl Loop {
         Ok(())
     }
 
-    fn new_handle(
+    // A handle's context (a copy of the current one unless given) and, in debug mode, its
+    // creation stack.
+    fn handle_parts(
         &self,
         py: Python<'_>,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
         context: Option<Py<PyAny>>,
         debug: bool,
-    ) -> PyResult<Handle> {
+    ) -> PyResult<(Py<PyAny>, Option<Py<PyAny>>)> {
         let context = match context {
             Some(c) if !c.is_none(py) => c,
             _ => copy_context(py)?,
@@ -81,7 +81,41 @@ impl Loop {
         } else {
             None
         };
+        Ok((context, tb))
+    }
+
+    fn new_handle(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+        debug: bool,
+    ) -> PyResult<Handle> {
+        let (context, tb) = self.handle_parts(py, context, debug)?;
         Ok(Handle::new(callback, args, context, tb, debug))
+    }
+
+    // A ready-queue handle: a recycled one from the freelist when there is one.
+    fn make_handle(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+        debug: bool,
+    ) -> PyResult<Py<Handle>> {
+        let (context, tb) = self.handle_parts(py, context, debug)?;
+        match self.core.queues.with(py, |q| q.free.pop()) {
+            Some(h) => {
+                h.get().refill(py, callback, args, context, tb, debug);
+                Ok(h)
+            }
+            None => Ok(untracked(
+                Py::new(py, Handle::new(callback, args, context, tb, debug))?,
+                py,
+            )),
+        }
     }
 
     // The debug-mode checks asyncio makes before scheduling.
@@ -255,10 +289,7 @@ impl Loop {
         if debug {
             self.debug_checks(py, &callback, "call_soon")?;
         }
-        let handle = untracked(
-            Py::new(py, self.new_handle(py, callback, args, context, debug)?)?,
-            py,
-        );
+        let handle = self.make_handle(py, callback, args, context, debug)?;
         self.core.push_ready(py, handle.clone_ref(py));
         Ok(handle)
     }
@@ -279,10 +310,7 @@ impl Loop {
                 (&callback, "call_soon_threadsafe"),
             )?;
         }
-        let handle = untracked(
-            Py::new(py, self.new_handle(py, callback, args, context, debug)?)?,
-            py,
-        );
+        let handle = self.make_handle(py, callback, args, context, debug)?;
         let owner = self.core.thread_id.load(Ordering::Relaxed);
         if owner != 0 && owner == thread_ident() {
             self.core.push_ready(py, handle.clone_ref(py));

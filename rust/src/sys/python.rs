@@ -76,3 +76,9 @@ pub fn gc_untrack(obj: &Bound<'_, PyAny>) {
     // are already untracked, and PyO3's dealloc untracks again harmlessly.
     unsafe { ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) }
 }
+
+/// The reference count of `obj` (`sys.getrefcount` minus its own argument reference).
+pub fn refcnt(obj: &Bound<'_, PyAny>) -> isize {
+    // SAFETY: the GIL is held and `obj` is a live object borrowed for the call.
+    unsafe { ffi::Py_REFCNT(obj.as_ptr()) }
+}
