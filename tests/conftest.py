@@ -77,10 +77,15 @@ def handler_log() -> ExceptionLog:
 
 
 @pytest.fixture
-def loop(loop_kind, handler_log):
+def loop(request, loop_kind, handler_log):
     """A new loop per test; fails the test if anything reached the exception handler and
-    the test did not take it (``handler_log.take()``)."""
+    the test did not take it (``handler_log.take()``). ``@pytest.mark.debug_mode(False)``
+    pins the debug flag for tests about one mode (the suite also runs under
+    PYTHONASYNCIODEBUG=1)."""
     lp = make_loop(loop_kind)
+    marker = request.node.get_closest_marker("debug_mode")
+    if marker is not None:
+        lp.set_debug(marker.args[0])
     lp.set_exception_handler(lambda _loop, ctx: handler_log.append(ctx))
     asyncio.set_event_loop(lp)
     try:

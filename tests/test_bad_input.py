@@ -14,9 +14,11 @@ def run_once(loop) -> None:
     loop.run_forever()
 
 
-def asyncio_reference(scenario):
-    """Run ``scenario(loop, log)`` on a fresh stdlib loop; return its result and log."""
+def asyncio_reference(scenario, debug=False):
+    """Run ``scenario(loop, log)`` on a fresh stdlib loop (debug flag pinned, since the
+    suite also runs under PYTHONASYNCIODEBUG=1); return its result and log."""
     ref = asyncio.new_event_loop()
+    ref.set_debug(debug)
     log: list = []
     ref.set_exception_handler(lambda _lp, ctx: log.append(ctx))
     try:
@@ -29,6 +31,7 @@ async def _coro_fn():
     pass
 
 
+@pytest.mark.debug_mode(False)
 def test_non_debug_call_soon_non_callable_fails_at_run_time(loop, handler_log):
     out = []
     h = loop.call_soon(42)  # accepted: asyncio checks callables in debug mode only
@@ -42,6 +45,7 @@ def test_non_debug_call_soon_non_callable_fails_at_run_time(loop, handler_log):
     assert ctx["handle"] is h
 
 
+@pytest.mark.debug_mode(False)
 def test_non_debug_call_later_non_callable_fails_at_run_time(loop, handler_log):
     loop.call_later(0, None)
     loop.call_later(0.01, loop.stop)
@@ -51,6 +55,7 @@ def test_non_debug_call_later_non_callable_fails_at_run_time(loop, handler_log):
     assert ctx["message"] == "Exception in callback None()"
 
 
+@pytest.mark.debug_mode(False)
 def test_non_debug_call_soon_coroutine_object_like_asyncio(loop, handler_log):
     def scenario(lp, log):
         coro = _coro_fn()

@@ -29,6 +29,7 @@ async def _coro_fn():
     pass
 
 
+@pytest.mark.debug_mode(False)
 def test_set_debug_get_debug(loop):
     assert loop.get_debug() is False
     loop.set_debug(True)
@@ -195,6 +196,7 @@ def test_slow_callback_warning(loop, caplog):
     assert re.match(pattern, rec.getMessage())
 
 
+@pytest.mark.debug_mode(False)
 def test_no_slow_callback_warning_without_debug(loop, caplog):
     loop.slow_callback_duration = 0.01
     loop.call_soon(time.sleep, 0.02)
@@ -227,6 +229,7 @@ def test_handles_have_source_traceback_in_debug(loop):
         h.cancel()
 
 
+@pytest.mark.debug_mode(False)
 def test_no_source_traceback_without_debug(loop):
     h = loop.call_soon(print)
     t = loop.call_later(10, print)
@@ -272,6 +275,7 @@ def test_debug_default_handler_logs_creation_point(loop, caplog):
 ARGS_SHOWN = sys.version_info < (3, 13)
 
 
+@pytest.mark.debug_mode(False)
 def test_handle_repr_matches_asyncio(loop):
     h = loop.call_soon(print, 1)
     t = loop.call_at(1234.5, print, 2)
@@ -298,6 +302,7 @@ def test_handle_repr_in_debug_matches_asyncio(loop):
     assert repr(t) == f"<TimerHandle cancelled when=1234.5 print(2) created at {__file__}:{tline}>"
 
 
+@pytest.mark.debug_mode(False)
 def test_handle_repr_of_function_callback(loop):
     def my_callback(x):
         pass

@@ -133,13 +133,18 @@ impl LoopCore {
     /// Appends a ready handle from any thread and wakes the driver if it sleeps.
     pub fn push_ready_threadsafe(&self, py: Python<'_>, handle: Py<Handle>) {
         self.queues.with(py, |q| q.ready.push_back(handle));
-        self.stats.threadsafe_calls.fetch_add(1, Ordering::Relaxed);
+        // Every poster holds the GIL, so a plain add cannot lose a count.
+        self.stats.threadsafe_calls.add(1);
         self.wake();
     }
 
-    /// Wakes a driver blocked in the kernel, if it is.
+    /// Wakes a driver blocked in the kernel, if it is. Callers hold the GIL, as the loop
+    /// does when it announces a sleep and re-checks the queue, so the GIL orders the two:
+    /// a relaxed look filters out the common "not sleeping" case without a locked
+    /// instruction; the swap makes sure only one poster writes the eventfd.
     pub fn wake(&self) {
-        if self.needs_wake.swap(false, Ordering::SeqCst) {
+        if self.needs_wake.load(Ordering::Relaxed) && self.needs_wake.swap(false, Ordering::SeqCst)
+        {
             self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
             if let Some(w) = lock(&self.waker).as_ref() {
                 // A failed wake (eventfd full) means one is already pending.

@@ -318,7 +318,7 @@ impl LoopCore {
     }
 
     fn count_inject_batch(&self) {
-        let posted = self.stats.threadsafe_calls.load(Ordering::Relaxed);
+        let posted = self.stats.threadsafe_calls.get();
         let seen = self.stats.inject_seen.get();
         if posted != seen {
             self.stats.inject_seen.add(posted - seen);

@@ -54,8 +54,8 @@ pub struct Stats {
     pub callback_errors: Counter,
     /// fd watcher callbacks queued by readiness.
     pub io_events: Counter,
-    /// `call_soon_threadsafe` calls from other threads (written by those threads).
-    pub threadsafe_calls: AtomicU64,
+    /// `call_soon_threadsafe` calls from other threads (written by them, under the GIL).
+    pub threadsafe_calls: Counter,
     /// Iterations that found callbacks posted from other threads.
     pub inject_batches: Counter,
     /// Largest number of cross-thread posts taken in one iteration.

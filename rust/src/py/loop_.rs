@@ -448,10 +448,7 @@ impl Loop {
             run.saturating_sub(s.wait_ns.get()) as f64 * 1e-9,
         )?;
         d.set_item("slow_callbacks", s.slow_callbacks.get())?;
-        d.set_item(
-            "threadsafe_calls",
-            s.threadsafe_calls.load(Ordering::Relaxed),
-        )?;
+        d.set_item("threadsafe_calls", s.threadsafe_calls.get())?;
         d.set_item("inject_batches", s.inject_batches.get())?;
         d.set_item("inject_max_batch", s.inject_max_batch.get())?;
         d.set_item("wakeups", s.wakeups.load(Ordering::Relaxed))?;
