@@ -22,7 +22,7 @@ impl Counter {
     /// Raises the value to `n` if it is larger.
     #[inline]
     pub fn max(&self, n: u64) {
-        if n > self.get() {
+        if cfg!(feature = "stats") && n > self.get() {
             self.0.store(n, Ordering::Relaxed);
         }
     }
