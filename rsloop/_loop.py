@@ -48,7 +48,6 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
 
     def __init__(self, backend: str | None = None) -> None:
         self._exception_handler = None
-        self._task_factory = None
         self._default_executor = None
         self._executor_shutdown_called = False
         self._asyncgens: set = set()
@@ -238,12 +237,9 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
 
     # ----- Futures and tasks -----
 
-    def create_future(self):
-        return futures.Future(loop=self)
-
-    def create_task(self, coro, *, name=None, context=None, **kwargs):
-        """Schedule a coroutine as a Task (``context=`` on 3.11+, extra keywords on 3.13+)."""
-        self._check_closed()
+    # create_future, create_task, set_task_factory and get_task_factory are native; this
+    # is create_task's path for a task factory, debug mode and 3.13's extra keywords.
+    def _create_task_slow(self, coro, name, context, kwargs):
         if context is not None and not _compat.PY311:
             raise TypeError("create_task() got an unexpected keyword argument 'context'")
         if kwargs and not _compat.PY313:
@@ -252,7 +248,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             )
         if context is not None:
             kwargs["context"] = context
-        factory = self._task_factory
+        factory = self.get_task_factory()
         if factory is None:
             task = tasks.Task(coro, loop=self, name=name, **kwargs)
             if task._source_traceback:
@@ -262,14 +258,6 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             if name is not None:
                 task.set_name(name)
         return task
-
-    def set_task_factory(self, factory) -> None:
-        if factory is not None and not callable(factory):
-            raise TypeError("task factory must be a callable or None")
-        self._task_factory = factory
-
-    def get_task_factory(self):
-        return self._task_factory
 
     # ----- Error handlers -----
 

@@ -17,12 +17,39 @@ use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
 use crate::handles::{lock, Handle, TimerHandle};
-use crate::sys::python::{copy_context, gc_untrack, thread_ident};
+use crate::sys::gil::GilCell;
+use crate::sys::python::{call_kw, copy_context, gc_untrack, thread_ident};
 
 /// The native event loop. Python code uses it through `rsloop.Loop`.
 #[pyclass(subclass, frozen, module = "rsloop._rsloop", name = "Loop")]
 pub struct Loop {
     core: Arc<LoopCore>,
+    task_factory: GilCell<Option<Py<PyAny>>>,
+}
+
+/// `asyncio.Future`, `asyncio.Task` and the keyword-name tuples used to call them.
+struct AsyncioTypes {
+    future: Py<PyAny>,
+    task: Py<PyAny>,
+    kw_loop: Py<PyTuple>,
+    kw_loop_name: Py<PyTuple>,
+    kw_loop_context: Py<PyTuple>,
+    kw_loop_name_context: Py<PyTuple>,
+}
+
+static ASYNCIO: PyOnceLock<AsyncioTypes> = PyOnceLock::new();
+
+fn asyncio_types(py: Python<'_>) -> PyResult<&AsyncioTypes> {
+    ASYNCIO.get_or_try_init(py, || {
+        Ok(AsyncioTypes {
+            future: py.import("asyncio.futures")?.getattr("Future")?.unbind(),
+            task: py.import("asyncio.tasks")?.getattr("Task")?.unbind(),
+            kw_loop: PyTuple::new(py, ["loop"])?.unbind(),
+            kw_loop_name: PyTuple::new(py, ["loop", "name"])?.unbind(),
+            kw_loop_context: PyTuple::new(py, ["loop", "context"])?.unbind(),
+            kw_loop_name_context: PyTuple::new(py, ["loop", "name", "context"])?.unbind(),
+        })
+    })
 }
 
 static FORMAT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
@@ -226,6 +253,7 @@ impl Loop {
         let info = planned_backend(requested)?;
         Ok(Loop {
             core: Arc::new(LoopCore::new(requested, info)),
+            task_factory: GilCell::new(None),
         })
     }
 
@@ -364,6 +392,82 @@ impl Loop {
 
     fn time(&self) -> f64 {
         self.core.time()
+    }
+
+    // ----- Future, Task and task factory -----
+
+    /// `asyncio.Future(loop=self)`.
+    fn create_future<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let t = asyncio_types(py)?;
+        call_kw(t.future.bind(py), &[], t.kw_loop.bind(py), &[slf.as_any()])
+    }
+
+    /// Schedules a coroutine as an `asyncio.Task`; the common case (no task factory, no
+    /// debug mode, no extra keywords) is native, the rest is `_create_task_slow`.
+    #[pyo3(signature = (coro, *, name = None, context = None, **kwargs))]
+    fn create_task<'py>(
+        slf: &Bound<'py, Self>,
+        coro: &Bound<'py, PyAny>,
+        name: Option<&Bound<'py, PyAny>>,
+        context: Option<&Bound<'py, PyAny>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        this.check_closed()?;
+        let name = name.filter(|n| !n.is_none());
+        let context = context.filter(|c| !c.is_none());
+        let has_kwargs = kwargs.is_some_and(|k| !k.is_empty());
+        let has_factory = this.task_factory.with(py, |f| f.is_some());
+        let context_unsupported = context.is_some() && !cfg!(Py_3_11);
+        if has_kwargs || has_factory || this.core.debug() || context_unsupported {
+            let kwargs = match kwargs {
+                Some(k) => k.clone(),
+                None => PyDict::new(py),
+            };
+            return slf.call_method1(
+                intern!(py, "_create_task_slow"),
+                (coro, name, context, kwargs),
+            );
+        }
+        let t = asyncio_types(py)?;
+        let task = t.task.bind(py);
+        let me = slf.as_any();
+        match (name, context) {
+            (None, None) => call_kw(task, &[coro], t.kw_loop.bind(py), &[me]),
+            (Some(n), None) => call_kw(task, &[coro], t.kw_loop_name.bind(py), &[me, n]),
+            (None, Some(c)) => call_kw(task, &[coro], t.kw_loop_context.bind(py), &[me, c]),
+            (Some(n), Some(c)) => {
+                call_kw(task, &[coro], t.kw_loop_name_context.bind(py), &[me, n, c])
+            }
+        }
+    }
+
+    fn set_task_factory(&self, py: Python<'_>, factory: Option<Py<PyAny>>) -> PyResult<()> {
+        let factory = factory.filter(|f| !f.is_none(py));
+        if let Some(f) = &factory {
+            if !f.bind(py).is_callable() {
+                return Err(PyTypeError::new_err(
+                    "task factory must be a callable or None",
+                ));
+            }
+        }
+        let old = self
+            .task_factory
+            .with(py, |slot| std::mem::replace(slot, factory));
+        drop(old);
+        Ok(())
+    }
+
+    fn get_task_factory(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.task_factory
+            .with(py, |f| f.as_ref().map(|f| f.clone_ref(py)))
+    }
+
+    #[getter]
+    fn _task_factory(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.get_task_factory(py)
     }
 
     // ----- Ready-based callback registration methods -----

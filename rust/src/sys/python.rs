@@ -82,3 +82,51 @@ pub fn refcnt(obj: &Bound<'_, PyAny>) -> isize {
     // SAFETY: the GIL is held and `obj` is a live object borrowed for the call.
     unsafe { ffi::Py_REFCNT(obj.as_ptr()) }
 }
+
+/// `callable(*args, **dict(zip(kwnames, kwvalues)))` through vectorcall, without building
+/// a tuple or a dict: used for `Future(loop=...)` and `Task(coro, loop=..., ...)`.
+pub fn call_kw<'py>(
+    callable: &Bound<'py, PyAny>,
+    args: &[&Bound<'py, PyAny>],
+    kwnames: &Bound<'py, PyTuple>,
+    kwvalues: &[&Bound<'py, PyAny>],
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = callable.py();
+    if kwnames.len() != kwvalues.len() {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "call_kw: one value per keyword name",
+        ));
+    }
+    // A slot in front of the arguments lets the callee borrow it (ARGUMENTS_OFFSET).
+    const MAX: usize = 7;
+    let total = args.len() + kwvalues.len();
+    if total > MAX {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "call_kw: at most 7 arguments",
+        ));
+    }
+    let mut stack: [*mut ffi::PyObject; MAX + 1] = [std::ptr::null_mut(); MAX + 1];
+    for (slot, obj) in stack[1..]
+        .iter_mut()
+        .zip(args.iter().chain(kwvalues.iter()))
+    {
+        *slot = obj.as_ptr();
+    }
+    let nargs = args.len() | ffi::PY_VECTORCALL_ARGUMENTS_OFFSET;
+    let names = if kwvalues.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        kwnames.as_ptr()
+    };
+    // SAFETY: the GIL is held; every pointer in `stack` after the first is a live object
+    // borrowed from `args`/`kwvalues` for the duration of the call; `names` is a live tuple
+    // of str with one name per keyword value (checked above) or NULL; `total` <= MAX so
+    // the callee reads inside `stack`; slot 0 is ours to let
+    // the callee use, as ARGUMENTS_OFFSET promises. The result is a new reference or NULL
+    // with an exception set.
+    unsafe {
+        let result =
+            ffi::PyObject_Vectorcall(callable.as_ptr(), stack.as_mut_ptr().add(1), nargs, names);
+        Bound::from_owned_ptr_or_err(py, result)
+    }
+}
