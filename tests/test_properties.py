@@ -198,7 +198,10 @@ class Run:
 
     def poster(self, tid, n) -> None:
         for i in range(n):
-            self.loop.call_soon_threadsafe(self.posted, tid, i)
+            try:
+                self.loop.call_soon_threadsafe(self.posted, tid, i)
+            except RuntimeError:  # closed: the run ended without us (the trace says so)
+                return
 
     async def coro(self, label, actions, fails, limit):
         # Only futures created before this task may be awaited (gather likewise only
@@ -232,6 +235,10 @@ class Run:
     # ----- steps -----
 
     def exec_steps(self, steps) -> None:
+        if self.ended:
+            # Ran after the end check stopped the loop (in its last iteration, or in the
+            # clean-up): nothing more is recorded, so start nothing (no threads either).
+            return
         for step in steps:
             self.do(step)
 
@@ -385,6 +392,8 @@ class Run:
                 try:
                     loop.run_forever()
                 except SystemExit:
+                    if self.ended:  # the end check's stop() came first
+                        break
                     self.rec("exit")
                     continue
                 if self.ended:
@@ -439,7 +448,7 @@ def _concurrently(attempt, kinds):
     for t in threads:
         t.start()
     work(kinds[0])
-    for k, t in zip(kinds[1:], threads):
+    for k, t in zip(kinds[1:], threads, strict=True):
         t.join(2 * WATCHDOG)
         if t.is_alive():
             raise AssertionError(f"{k}: the loop is stuck even after a call_soon_threadsafe")
@@ -586,6 +595,7 @@ def _quick_gil_handoff():
     sys.setswitchinterval(old)
 
 
+@pytest.mark.timeout(900)  # the "slow" profile runs 600 programs
 @pytest.mark.parametrize("kind", CANDIDATES)
 @given(program=programs)
 def test_programs_match_asyncio(kind, program):
@@ -658,6 +668,7 @@ def heap_attempt(phases):
     return attempt
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("kind", CANDIDATES)
 @given(phases=heap_programs)
 def test_timer_heap_matches_asyncio(kind, phases):
