@@ -98,11 +98,13 @@ impl<T> TimerHeap<T> {
     }
 
     // heapq._siftdown: move the item at `pos` up towards `start` while it is smaller
-    // than its parent.
+    // than its parent. Like heapq, parents move down into a hole and the item is written
+    // once at the end.
     fn sift_down(&mut self, start: usize, mut pos: usize) {
+        let when = self.heap[pos].0;
         while pos > start {
             let parent = (pos - 1) >> 1;
-            if self.heap[pos].0 < self.heap[parent].0 {
+            if when < self.heap[parent].0 {
                 self.heap.swap(pos, parent);
                 pos = parent;
             } else {
