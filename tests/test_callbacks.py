@@ -436,3 +436,27 @@ def test_call_exception_handler_without_exception_logs_message(loop, caplog):
     [rec] = [r for r in caplog.records if r.name == "asyncio"]
     assert rec.getMessage() == "custom message\nextra: 1"
     assert not rec.exc_info
+
+
+def test_handle_context_from_empty_context_is_stable_and_isolated(loop):
+    # Scheduled from a context with no variable set: the handle still reports one Context
+    # object, and what a callback sets stays in its own context.
+    var = contextvars.ContextVar("iso")
+    out = []
+
+    def run_in_empty():
+        first = loop.call_soon(lambda: (var.set("a"), out.append(var.get())))
+        second = loop.call_soon(lambda: out.append(var.get("unset")))
+        return first, second
+
+    def context_of(handle):  # Handle.get_context() is 3.12+
+        return handle.get_context() if hasattr(handle, "get_context") else handle._context
+
+    first, second = contextvars.Context().run(run_in_empty)
+    ctx = context_of(first)
+    assert isinstance(ctx, contextvars.Context)
+    assert context_of(first) is ctx
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert out == ["a", "unset"]
+    assert var not in context_of(second)

@@ -12,7 +12,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyTuple;
 
 use crate::sys::gil::GilCell;
-use crate::sys::python::call_in_context;
+use crate::sys::python::{call_in_context, new_context};
 
 /// Locks a mutex whose data stays consistent even if a holder panicked (ours never runs
 /// code that can panic while locked), so poisoning is ignored.
@@ -24,7 +24,12 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct HandleState {
     callback: Option<Py<PyAny>>,
     args: Option<Py<PyTuple>>,
+    /// The context to run in; `None` with `fresh_context` means "a new empty context":
+    /// the snapshot taken at scheduling time was empty, and an empty snapshot and a new
+    /// empty context cannot be told apart, except that the latter is made only when the
+    /// callback runs (from CPython's context freelist, so no garbage-collector churn).
     context: Option<Py<PyAny>>,
+    fresh_context: bool,
     /// `traceback.extract_stack()` at creation, in debug mode only.
     source_traceback: Option<Py<PyAny>>,
     debug: bool,
@@ -58,7 +63,7 @@ impl Handle {
     pub fn new(
         callback: Py<PyAny>,
         args: Py<PyTuple>,
-        context: Py<PyAny>,
+        context: Option<Py<PyAny>>,
         source_traceback: Option<Py<PyAny>>,
         debug: bool,
     ) -> Self {
@@ -66,7 +71,8 @@ impl Handle {
             state: GilCell::new(HandleState {
                 callback: Some(callback),
                 args: Some(args),
-                context: Some(context),
+                fresh_context: context.is_none(),
+                context,
                 source_traceback,
                 debug,
             }),
@@ -82,14 +88,15 @@ impl Handle {
         py: Python<'_>,
         callback: Py<PyAny>,
         args: Py<PyTuple>,
-        context: Py<PyAny>,
+        context: Option<Py<PyAny>>,
         source_traceback: Option<Py<PyAny>>,
         debug: bool,
     ) {
         self.state.with(py, |st| {
             st.callback = Some(callback);
             st.args = Some(args);
-            st.context = Some(context);
+            st.fresh_context = context.is_none();
+            st.context = context;
             st.source_traceback = source_traceback;
             st.debug = debug;
         });
@@ -103,6 +110,7 @@ impl Handle {
             callback: st.callback.take(),
             args: st.args.take(),
             context: st.context.take(),
+            fresh_context: false,
             source_traceback: st.source_traceback.take(),
             debug: false,
         }))
@@ -116,16 +124,23 @@ impl Handle {
 
     /// Runs the callback under its context, like `asyncio.Handle._run` minus the reporting.
     pub fn run(&self, py: Python<'_>) -> RunOutcome {
-        let cloned = self
-            .state
-            .with(py, |st| match (&st.callback, &st.args, &st.context) {
-                (Some(cb), Some(args), Some(ctx)) => {
-                    Some((cb.clone_ref(py), args.clone_ref(py), ctx.clone_ref(py)))
-                }
-                _ => None,
-            });
+        let cloned = self.state.with(py, |st| match (&st.callback, &st.args) {
+            (Some(cb), Some(args)) => Some((
+                cb.clone_ref(py),
+                args.clone_ref(py),
+                st.context.as_ref().map(|c| c.clone_ref(py)),
+            )),
+            _ => None,
+        });
         let Some((callback, args, context)) = cloned else {
             return RunOutcome::Done;
+        };
+        let context = match context {
+            Some(c) => c,
+            None => match new_context(py) {
+                Ok(c) => c,
+                Err(e) => return RunOutcome::Raised(e),
+            },
         };
         match call_in_context(context.bind(py), callback.bind(py), args.bind(py)) {
             Ok(_) => RunOutcome::Done,
@@ -150,6 +165,26 @@ impl Handle {
             .with(py, |st| (st.callback.take(), st.args.take()));
         drop(released);
         Ok(true)
+    }
+
+    // The context object, made (once) if the handle was scheduled from an empty context.
+    fn context_object(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let needs_one = self
+            .state
+            .with(py, |st| st.fresh_context && st.context.is_none());
+        if needs_one {
+            let made = new_context(py)?;
+            let unused = self.state.with(py, |st| {
+                if st.context.is_none() {
+                    st.context = Some(made);
+                    None
+                } else {
+                    Some(made)
+                }
+            });
+            drop(unused);
+        }
+        Ok(self.clone_field(py, |st| &st.context))
     }
 
     fn clone_field<T>(
@@ -186,8 +221,8 @@ impl Handle {
         self.is_cancelled()
     }
 
-    fn get_context(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.clone_field(py, |st| &st.context)
+    fn get_context(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.context_object(py)
     }
 
     #[getter]
@@ -213,8 +248,8 @@ impl Handle {
     }
 
     #[getter]
-    fn _context(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.clone_field(py, |st| &st.context)
+    fn _context(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.context_object(py)
     }
 
     #[getter]

@@ -18,7 +18,7 @@ use crate::core::LoopCore;
 use crate::driver::Requested;
 use crate::handles::{lock, Handle, TimerHandle};
 use crate::sys::gil::GilCell;
-use crate::sys::python::{call_kw, copy_context, gc_untrack, thread_ident};
+use crate::sys::python::{call_kw, context_is_empty, copy_context, gc_untrack, thread_ident};
 
 /// The native event loop. Python code uses it through `rsloop.Loop`.
 #[pyclass(subclass, frozen, module = "rsloop._rsloop", name = "Loop")]
@@ -53,6 +53,9 @@ fn asyncio_types(py: Python<'_>) -> PyResult<&AsyncioTypes> {
 }
 
 static FORMAT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// A new handle's context (`None`: run in a new empty one) and creation stack.
+type HandleParts = (Option<Py<PyAny>>, Option<Py<PyAny>>);
 
 /// `rsloop._format`: the Python helpers used on slow paths (debug checks, formatting).
 fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
@@ -94,10 +97,12 @@ impl Loop {
         py: Python<'_>,
         context: Option<Py<PyAny>>,
         debug: bool,
-    ) -> PyResult<(Py<PyAny>, Option<Py<PyAny>>)> {
+    ) -> PyResult<HandleParts> {
         let context = match context {
-            Some(c) if !c.is_none(py) => c,
-            _ => copy_context(py)?,
+            Some(c) if !c.is_none(py) => Some(c),
+            // An empty snapshot is run in a new empty context (see `handles::HandleState`);
+            // the copy goes straight back to CPython's context freelist.
+            _ => Some(copy_context(py)?).filter(|c| !context_is_empty(c.bind(py))),
         };
         let tb = if debug {
             Some(

@@ -130,3 +130,18 @@ pub fn call_kw<'py>(
         Bound::from_owned_ptr_or_err(py, result)
     }
 }
+
+/// `contextvars.Context()`: a new, empty context.
+pub fn new_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    // SAFETY: the GIL is held; PyContext_New returns a new reference or NULL with an
+    // exception set.
+    unsafe {
+        let ptr = ffi::PyContext_New();
+        Bound::from_owned_ptr_or_err(py, ptr).map(Bound::unbind)
+    }
+}
+
+/// Whether a `contextvars.Context` holds no variable.
+pub fn context_is_empty(ctx: &Bound<'_, PyAny>) -> bool {
+    is_context(ctx) && ctx.len().map(|n| n == 0).unwrap_or(false)
+}
