@@ -460,3 +460,21 @@ def test_handle_context_from_empty_context_is_stable_and_isolated(loop):
     loop.run_forever()
     assert out == ["a", "unset"]
     assert var not in context_of(second)
+
+
+def test_handle_keeps_the_context_its_callback_changed(loop, handler_log):
+    # asyncio's handle keeps the context it ran in; 3.12+ runs a custom exception handler
+    # in it, so the handler sees what the failing callback set.
+    var = contextvars.ContextVar("changed")
+
+    def boom():
+        var.set("set-by-callback")
+        raise ZeroDivisionError
+
+    handle = contextvars.Context().run(loop.call_soon, boom)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    [ctx] = handler_log.take()
+    assert ctx["handle"] is handle
+    context = handle.get_context() if hasattr(handle, "get_context") else handle._context
+    assert context[var] == "set-by-callback"

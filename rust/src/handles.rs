@@ -137,8 +137,13 @@ impl Handle {
         };
         let context = match context {
             Some(c) => c,
+            // Kept: asyncio's handle keeps the context its callback changed, and 3.12+
+            // runs a custom exception handler in it (`get_context()` after the run).
             None => match new_context(py) {
-                Ok(c) => c,
+                Ok(c) => {
+                    self.state.with(py, |st| st.context = Some(c.clone_ref(py)));
+                    c
+                }
                 Err(e) => return RunOutcome::Raised(e),
             },
         };
