@@ -39,32 +39,62 @@ CHILD_TIMEOUT = 120.0  # seconds; every child is killed past this
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--loops", default=",".join(DEFAULT_LOOPS),
-                   help=f"comma-separated, from {','.join(ALL_LOOPS)} (default: all; "
-                        "missing ones are skipped with a note)")
-    p.add_argument("--workloads", default=",".join(WORKLOADS),
-                   help=f"comma-separated, from {','.join(WORKLOADS)} (default: all)")
-    p.add_argument("--repeat", type=int, default=None,
-                   help="processes per (loop, workload); median reported (default 5, quick 3)")
-    p.add_argument("--quick", action="store_true",
-                   help="smaller sizes (~1/4) and 3 repeats: a smoke test that finishes in < 2 min")
-    p.add_argument("--scale", type=float, default=1.0,
-                   help="multiply every workload size by this (default 1)")
-    p.add_argument("--python", default=sys.executable,
-                   help="interpreter for the children (default: this one)")
-    p.add_argument("--pypi-rsloop-python", default=None, metavar="PATH",
-                   help="interpreter of a venv holding the older PyPI package 'rsloop' "
-                        "(default: .venv-pypi-rsloop/bin/python beside the repo, if present)")
-    p.add_argument("--metric", choices=("wall", "cpu"), default="wall",
-                   help="rate in the tables: ops per wall-clock second (default) or per "
-                        "CPU second of the child (robust when other processes compete for "
-                        "the CPUs; not meaningful for call_later_random, which sleeps)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--loops",
+        default=",".join(DEFAULT_LOOPS),
+        help=f"comma-separated, from {','.join(ALL_LOOPS)} (default: all; "
+        "missing ones are skipped with a note)",
+    )
+    p.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated, from {','.join(WORKLOADS)} (default: all)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="processes per (loop, workload); median reported (default 5, quick 3)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller sizes (~1/4) and 3 repeats: a smoke test that finishes in < 2 min",
+    )
+    p.add_argument(
+        "--scale", type=float, default=1.0, help="multiply every workload size by this (default 1)"
+    )
+    p.add_argument(
+        "--python", default=sys.executable, help="interpreter for the children (default: this one)"
+    )
+    p.add_argument(
+        "--pypi-rsloop-python",
+        default=None,
+        metavar="PATH",
+        help="interpreter of a venv holding the older PyPI package 'rsloop' "
+        "(default: .venv-pypi-rsloop/bin/python beside the repo, if present)",
+    )
+    p.add_argument(
+        "--metric",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="rate in the tables: ops per wall-clock second (default) or per "
+        "CPU second of the child (robust when other processes compete for "
+        "the CPUs; not meaningful for call_later_random, which sleeps)",
+    )
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up run in each child")
-    p.add_argument("--out", default=None,
-                   help="JSON results file (default bench/results/<UTC timestamp>.json)")
-    p.add_argument("--timeout", type=float, default=CHILD_TIMEOUT,
-                   help=f"seconds before a child is killed (default {CHILD_TIMEOUT:g})")
+    p.add_argument(
+        "--out", default=None, help="JSON results file (default bench/results/<UTC timestamp>.json)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=CHILD_TIMEOUT,
+        help=f"seconds before a child is killed (default {CHILD_TIMEOUT:g})",
+    )
     a = p.parse_args(argv)
     if a.repeat is None:
         a.repeat = 3 if a.quick else 5
@@ -105,8 +135,14 @@ def run_child(args, loop, workload, n, warm):
         return {"skip": f"interpreter {cmd[0]} not found"}
     try:
         # cwd outside the repo, so the source tree's rsloop/ is never imported by accident.
-        proc = subprocess.run(cmd, env=env, cwd="/" if os.name != "nt" else None,
-                              capture_output=True, text=True, timeout=args.timeout)
+        proc = subprocess.run(
+            cmd,
+            env=env,
+            cwd="/" if os.name != "nt" else None,
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {args.timeout:g} s"}
     last = proc.stdout.strip().splitlines()[-1:] or [""]
@@ -163,26 +199,37 @@ def summarize(loops, workloads, samples, metric="wall"):
                 "n_failed": len(runs) - len(ok),
                 "peak_rss_mib": statistics.median(r["peak_rss_kib"] for r in ok) / 1024,
                 "rss_growth_mib": statistics.median(
-                    r["peak_rss_kib"] - r["base_rss_kib"] for r in ok) / 1024,
+                    r["peak_rss_kib"] - r["base_rss_kib"] for r in ok
+                )
+                / 1024,
             }
         base = row.get("asyncio", {}).get("median_ops_per_s")
         for s in row.values():
             if "median_ops_per_s" in s and base:
                 s["vs_asyncio"] = s["median_ops_per_s"] / base
-        peers = {lp: s["median_ops_per_s"] for lp, s in row.items()
-                 if lp not in OURS and "median_ops_per_s" in s}
+        peers = {
+            lp: s["median_ops_per_s"]
+            for lp, s in row.items()
+            if lp not in OURS and "median_ops_per_s" in s
+        }
         ours = row.get("rsloop", {}).get("median_ops_per_s")
         best = max(peers, key=peers.get) if peers else None
-        table[wl] = {"loops": row, "best_peer": best,
-                     "rsloop_vs_best_peer": (ours / peers[best]) if (ours and best) else None}
+        table[wl] = {
+            "loops": row,
+            "best_peer": best,
+            "rsloop_vs_best_peer": (ours / peers[best]) if (ours and best) else None,
+        }
     return table
 
 
 def summary_table(loops, table, meta, metric) -> list:
     shown = [lp for lp in loops if any("median_ops_per_s" in table[w]["loops"][lp] for w in table)]
     unit = "ops per CPU second of the child" if metric == "cpu" else "ops/s (wall clock)"
-    out = [f"Core loop workloads: {unit}, median of {meta['repeat']} processes per cell "
-           f"(×asyncio in brackets); higher is better.", ""]
+    out = [
+        f"Core loop workloads: {unit}, median of {meta['repeat']} processes per cell "
+        f"(×asyncio in brackets); higher is better.",
+        "",
+    ]
     out.append("| workload | " + " | ".join(shown) + " | rsloop / best peer |")
     out.append("|---|" + "---:|" * len(shown) + "---|")
     for wl, t in table.items():
@@ -206,13 +253,17 @@ def markdown(loops, table, meta, other=None) -> str:
         out.append("")
         out += summary_table(loops, other, meta, "cpu" if meta["metric"] == "wall" else "wall")
     out.append("")
-    out.append("Per loop: median wall and CPU time of the timed region, spread "
-               "(max-min)/median of the rate over the repeats, "
-               "peak RSS of the child (VmHWM, MiB) and its growth over the RSS measured "
-               "after the loop was created.")
+    out.append(
+        "Per loop: median wall and CPU time of the timed region, spread "
+        "(max-min)/median of the rate over the repeats, "
+        "peak RSS of the child (VmHWM, MiB) and its growth over the RSS measured "
+        "after the loop was created."
+    )
     out.append("")
-    out.append("| workload | loop | rate | ×asyncio | wall s | CPU s | spread | peak RSS MiB "
-               "| RSS growth MiB |")
+    out.append(
+        "| workload | loop | rate | ×asyncio | wall s | CPU s | spread | peak RSS MiB "
+        "| RSS growth MiB |"
+    )
     out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for wl, t in table.items():
         for lp in shown:
@@ -225,7 +276,8 @@ def markdown(loops, table, meta, other=None) -> str:
                 f"| {wl} | {lp} | {fmt_rate(s['median_ops_per_s'])}{fail} | "
                 f"{s.get('vs_asyncio', 0):.2f} | {s['median_seconds']:.3f} | "
                 f"{s['median_cpu_seconds']:.3f} | "
-                f"{s['spread_pct']:.0f}% | {s['peak_rss_mib']:.1f} | {s['rss_growth_mib']:.1f} |")
+                f"{s['spread_pct']:.0f}% | {s['peak_rss_mib']:.1f} | {s['rss_growth_mib']:.1f} |"
+            )
     return "\n".join(out)
 
 
@@ -239,8 +291,11 @@ def main(argv=None) -> int:
     t_start = time.time()
     load_start = _loadavg()
     log = sys.stderr
-    print(f"# {len(args.loops)} loops x {len(args.workloads)} workloads x {args.repeat} "
-          f"repeats, one process each{' (quick)' if args.quick else ''}", file=log)
+    print(
+        f"# {len(args.loops)} loops x {len(args.workloads)} workloads x {args.repeat} "
+        f"repeats, one process each{' (quick)' if args.quick else ''}",
+        file=log,
+    )
     for rep in range(args.repeat):
         for wl in args.workloads:
             n = sizes[wl]
@@ -258,15 +313,23 @@ def main(argv=None) -> int:
                     print(f"# {lp} {wl} rep {rep}: ERROR {r['error']}", file=log)
                     continue
                 infos.setdefault(lp, r.get("info", {}) | {"python": r.get("python")})
-                print(f"  rep {rep + 1}/{args.repeat} {wl:22s} {lp:12s} "
-                      f"{fmt_rate(r['ops_per_s']):>7s} ops/s  {r['seconds']:.3f} s  "
-                      f"peak {r['peak_rss_kib'] / 1024:.1f} MiB", file=log)
+                print(
+                    f"  rep {rep + 1}/{args.repeat} {wl:22s} {lp:12s} "
+                    f"{fmt_rate(r['ops_per_s']):>7s} ops/s  {r['seconds']:.3f} s  "
+                    f"peak {r['peak_rss_kib'] / 1024:.1f} MiB",
+                    file=log,
+                )
     table = summarize(args.loops, args.workloads, samples, args.metric)
-    other = summarize(args.loops, args.workloads, samples,
-                      "cpu" if args.metric == "wall" else "wall")
+    other = summarize(
+        args.loops, args.workloads, samples, "cpu" if args.metric == "wall" else "wall"
+    )
     try:
-        commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
     meta = {
@@ -288,29 +351,52 @@ def main(argv=None) -> int:
         "loadavg_end": _loadavg(),
         "command": " ".join([Path(sys.executable).name] + sys.argv),
     }
-    out_path = Path(args.out) if args.out else HERE / "results" / (
-        meta["date_utc"].replace(":", "") + ("-quick" if args.quick else "") + ".json")
+    out_path = (
+        Path(args.out)
+        if args.out
+        else HERE
+        / "results"
+        / (meta["date_utc"].replace(":", "") + ("-quick" if args.quick else "") + ".json")
+    )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     raw = {f"{lp}/{wl}": v for (lp, wl), v in samples.items()}
-    out_path.write_text(json.dumps({"meta": meta, "table": table, "table_" + (
-        "cpu" if args.metric == "wall" else "wall"): other, "raw": raw}, indent=1))
+    out_path.write_text(
+        json.dumps(
+            {
+                "meta": meta,
+                "table": table,
+                "table_" + ("cpu" if args.metric == "wall" else "wall"): other,
+                "raw": raw,
+            },
+            indent=1,
+        )
+    )
     md = markdown(args.loops, table, meta, other)
     notes = []
     for lp, info in infos.items():
-        bits = [f"{k}={v}" for k, v in info.items() if k in ("version", "backend", "backend_reason", "installed_from", "python") and v]
+        bits = [
+            f"{k}={v}"
+            for k, v in info.items()
+            if k in ("version", "backend", "backend_reason", "installed_from", "python") and v
+        ]
         notes.append(f"- {lp}: " + ", ".join(bits))
     for lp, why in skipped.items():
         notes.append(f"- {lp}: skipped ({why})")
     print(md)
     print()
-    print(f"Loops:\n" + "\n".join(notes))
+    print("Loops:\n" + "\n".join(notes))
     loads = [x[0] for x in (meta["loadavg_start"], meta["loadavg_end"]) if x]
-    busy = (" (load above the CPU count: other processes competed, expect noise)"
-            if any(x > (os.cpu_count() or 1) for x in loads) else "")
-    print(f"\n{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"repo HEAD {commit or '?'}, {meta['wall_seconds']} s wall, load average "
-          f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end{busy}. "
-          f"JSON: {out_path}")
+    busy = (
+        " (load above the CPU count: other processes competed, expect noise)"
+        if any(x > (os.cpu_count() or 1) for x in loads)
+        else ""
+    )
+    print(
+        f"\n{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"repo HEAD {commit or '?'}, {meta['wall_seconds']} s wall, load average "
+        f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end{busy}. "
+        f"JSON: {out_path}"
+    )
     return 0
 
 

@@ -122,25 +122,39 @@ NOT_APPLICABLE: list[tuple[str, str]] = [
             "ProactorEventLoopTests",
         )
     ],
-    ("test_events.Rsloop*Tests.test_timeout_rounding",
-     "counts calls of the private BaseEventLoop._run_once (uvloop skips it too)"),
-    ("test_events.HandleTests.*",
-     "asyncio.Handle on a mock loop (rsloop's handles are its own native class)"),
-    ("test_events.TimerTests.*",
-     "asyncio.TimerHandle on a mock loop (rsloop's handles are its own native class)"),
-    ("test_events.AbstractEventLoopTests.*",
-     "the abstract base class's NotImplementedError stubs"),
-    ("test_tasks.*.test_log_destroyed_pending_task",
-     "steps the private BaseEventLoop._run_once and reads _ready"),
+    (
+        "test_events.Rsloop*Tests.test_timeout_rounding",
+        "counts calls of the private BaseEventLoop._run_once (uvloop skips it too)",
+    ),
+    (
+        "test_events.HandleTests.*",
+        "asyncio.Handle on a mock loop (rsloop's handles are its own native class)",
+    ),
+    (
+        "test_events.TimerTests.*",
+        "asyncio.TimerHandle on a mock loop (rsloop's handles are its own native class)",
+    ),
+    ("test_events.AbstractEventLoopTests.*", "the abstract base class's NotImplementedError stubs"),
+    (
+        "test_tasks.*.test_log_destroyed_pending_task",
+        "steps the private BaseEventLoop._run_once and reads _ready",
+    ),
     # test_base_events: BaseEventLoop's own machinery, mostly with mocked selectors.
-    ("test_base_events.BaseEventTests.*",
-     "base_events._ipaddr_info and other module helpers, no loop"),
-    ("test_base_events.BaseEventLoopTests.*",
-     "BaseEventLoop internals (_run_once, _ready, _scheduled, mocked selector)"),
-    ("test_base_events.BaseEventLoopWithSelectorTests.*",
-     "SelectorEventLoop internals with mocked sockets and getaddrinfo"),
-    ("test_base_events.BaseLoopSockSendfileTests.*",
-     "BaseSelectorEventLoop's pure-Python sendfile fallback"),
-    ("test_base_events.TestSelectorUtils.*",
-     "selector_events helpers, no loop"),
+    (
+        "test_base_events.BaseEventTests.*",
+        "base_events._ipaddr_info and other module helpers, no loop",
+    ),
+    (
+        "test_base_events.BaseEventLoopTests.*",
+        "BaseEventLoop internals (_run_once, _ready, _scheduled, mocked selector)",
+    ),
+    (
+        "test_base_events.BaseEventLoopWithSelectorTests.*",
+        "SelectorEventLoop internals with mocked sockets and getaddrinfo",
+    ),
+    (
+        "test_base_events.BaseLoopSockSendfileTests.*",
+        "BaseSelectorEventLoop's pure-Python sendfile fallback",
+    ),
+    ("test_base_events.TestSelectorUtils.*", "selector_events helpers, no loop"),
 ]

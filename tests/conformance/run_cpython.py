@@ -227,6 +227,7 @@ def _adapt_module(name: str, mod) -> None:
     import rsloop
 
     if name == "test_events":
+
         def create_event_loop(self):
             return rsloop.new_event_loop()
 
@@ -273,8 +274,10 @@ def _adapt_module(name: str, mod) -> None:
 
             def test_issue46672(self):
                 with mock.patch.object(type(self.one_loop), "call_exception_handler"):
+
                     async def coro(s):
                         return s
+
                     c = coro("abc")
 
                     with self.assertRaises(TypeError):
@@ -296,6 +299,7 @@ def _adapt_module(name: str, mod) -> None:
 
         mod.BaseTest.setUp = setUp
     elif name == "test_runners":
+
         def new_loop(self):
             loop = rsloop.new_event_loop()
             loop.shutdown_ag_run = False
@@ -366,7 +370,7 @@ def _describe_class(backend: str) -> str:
 
 def _short_id(test) -> str:
     tid = test.id()
-    return tid[len(PREFIX):] if tid.startswith(PREFIX) else tid
+    return tid[len(PREFIX) :] if tid.startswith(PREFIX) else tid
 
 
 def _iter_tests(suite):
@@ -406,8 +410,14 @@ def child_main(args) -> int:
         return 3
     emit(kind="sanity", seen=seen, loop=_describe_class(backend))
     for probe, detail in sanity_errors.items():
-        emit(kind="result", id=f"{args.child}.sanity.{probe}", outcome="error",
-             detail=detail, loops=[], on="rsloop")
+        emit(
+            kind="result",
+            id=f"{args.child}.sanity.{probe}",
+            outcome="error",
+            detail=detail,
+            loops=[],
+            on="rsloop",
+        )
 
     ef = _load_classification()
     skip = set()
@@ -478,8 +488,14 @@ def child_main(args) -> int:
             if isinstance(test, unittest.TestCase):
                 self._set("skip", reason)
             else:
-                emit(kind="result", id=_fixture_id(test), outcome="skip", detail=reason,
-                     loops=[], on="fixture")
+                emit(
+                    kind="result",
+                    id=_fixture_id(test),
+                    outcome="skip",
+                    detail=reason,
+                    loops=[],
+                    on="fixture",
+                )
 
         def addExpectedFailure(self, test, err):
             super().addExpectedFailure(test, err)
@@ -558,16 +574,31 @@ def run_module(module: str, backend: str, args) -> ModuleRun:
         for _attempt in range(args.max_restarts + 1):
             open(out_path, "w").close()
             cmd = [
-                sys.executable, "-X", "faulthandler", os.path.abspath(__file__),
-                "--child", module, "--backend", backend, "--out", out_path,
-                "--skip-file", skip_path, "--test-timeout", str(args.test_timeout),
+                sys.executable,
+                "-X",
+                "faulthandler",
+                os.path.abspath(__file__),
+                "--child",
+                module,
+                "--backend",
+                backend,
+                "--out",
+                out_path,
+                "--skip-file",
+                skip_path,
+                "--test-timeout",
+                str(args.test_timeout),
             ]
             remaining = args.module_timeout - (time.monotonic() - t0)
             with open(log_path, "w") as log:
                 try:
                     proc = subprocess.run(
-                        cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                        timeout=max(remaining, 1), cwd=tmp,
+                        cmd,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        timeout=max(remaining, 1),
+                        cwd=tmp,
                     )
                     rc = proc.returncode
                 except subprocess.TimeoutExpired:
@@ -601,14 +632,19 @@ def run_module(module: str, backend: str, args) -> ModuleRun:
             # faulthandler's dump (innermost frame first) is what explains a hang/crash
             marks = [log_text.rfind(m) for m in ("Timeout (", "Fatal Python error")]
             start = max(marks)
-            log_tail = log_text[start:start + 4000] if start >= 0 else log_text[-4000:]
+            log_tail = log_text[start : start + 4000] if start >= 0 else log_text[-4000:]
             if started is None:
                 run.module_error = f"child exited with {rc} outside any test:\n{log_tail}"
                 break
             why = "hung (per-test timeout)" if "Timeout (" in log_tail else f"crashed (rc={rc})"
             run.crashes.append(started)
             run.results[started] = dict(
-                kind="result", id=started, outcome="error", on="rsloop", loops=[], crash=True,
+                kind="result",
+                id=started,
+                outcome="error",
+                on="rsloop",
+                loops=[],
+                crash=True,
                 detail=f"test process {why}; output tail:\n{log_tail}",
             )
             if rc == "module-timeout":
@@ -651,8 +687,11 @@ def classify(run: ModuleRun, ef) -> dict:
                 counts["passed"] += 1
         else:  # fail / error
             if area is not None and not any(m in rec["detail"] for m in ef.PENDING_MARKERS):
-                rec = dict(rec, detail=rec["detail"] + f"\n[listed as pending ({area}) but the "
-                           "failure is not rsloop's NotImplementedError]")
+                rec = dict(
+                    rec,
+                    detail=rec["detail"] + f"\n[listed as pending ({area}) but the "
+                    "failure is not rsloop's NotImplementedError]",
+                )
                 area = None
             if area is not None:
                 counts["pending"] += 1
@@ -660,8 +699,14 @@ def classify(run: ModuleRun, ef) -> dict:
             else:
                 counts["failed" if outcome == "fail" else "errors"] += 1
                 unexpected.append(rec)
-    return dict(counts=counts, unexpected=unexpected, xpass=xpass, pending=pending,
-                na_other=na_other, na_reasons=na_reasons)
+    return dict(
+        counts=counts,
+        unexpected=unexpected,
+        xpass=xpass,
+        pending=pending,
+        na_other=na_other,
+        na_reasons=na_reasons,
+    )
 
 
 def _runtime_na_reason(rec) -> str:
@@ -690,8 +735,10 @@ def _trace_essence(detail: str, lines: int) -> str:
 
 def report_backend(backend: str, runs: list[ModuleRun], ef, args) -> tuple[bool, dict]:
     width = max(len(r.module) for r in runs) + 2
-    print(f"\n=== backend {backend}: CPython {platform.python_version()} test.test_asyncio "
-          f"on {runs[0].loop or '?'} ===")
+    print(
+        f"\n=== backend {backend}: CPython {platform.python_version()} test.test_asyncio "
+        f"on {runs[0].loop or '?'} ==="
+    )
     header = f"{'module':<{width}}" + "".join(f"{c:>9}" for c in COLUMNS) + f"{'secs':>8}"
     print(header)
     total = dict.fromkeys(COLUMNS, 0)
@@ -708,8 +755,11 @@ def report_backend(backend: str, runs: list[ModuleRun], ef, args) -> tuple[bool,
             ok = False
         if cl["unexpected"]:
             ok = False
-        print(f"{run.module:<{width}}" + "".join(f"{cl['counts'][c]:>9}" for c in COLUMNS)
-              + f"{run.seconds:>8.1f}{flag}")
+        print(
+            f"{run.module:<{width}}"
+            + "".join(f"{cl['counts'][c]:>9}" for c in COLUMNS)
+            + f"{run.seconds:>8.1f}{flag}"
+        )
         summary["modules"][run.module] = dict(
             counts=cl["counts"],
             loop=run.loop,
@@ -748,8 +798,7 @@ def report_backend(backend: str, runs: list[ModuleRun], ef, args) -> tuple[bool,
 
     xp = [(run.module, t, a) for run, cl in details for t, a in cl["xpass"]]
     if xp and backend == "asyncio":
-        print(f"\n{len(xp)} pending tests pass on the stdlib loop (expected for --backend "
-              "asyncio)")
+        print(f"\n{len(xp)} pending tests pass on the stdlib loop (expected for --backend asyncio)")
     elif xp:
         print("\nXPASS (listed as pending but passed; shrink expected_failures.py):")
         for _, tid, area in xp:
@@ -788,8 +837,10 @@ def parent_main(args) -> int:
     try:
         import test.test_asyncio  # noqa: F401
     except ImportError as exc:
-        print(f"SKIP: Python {platform.python_version()} ({sys.executable}) ships no "
-              f"test.test_asyncio package ({exc}); conformance not run")
+        print(
+            f"SKIP: Python {platform.python_version()} ({sys.executable}) ships no "
+            f"test.test_asyncio package ({exc}); conformance not run"
+        )
         return 0
     try:
         import rsloop
@@ -799,14 +850,14 @@ def parent_main(args) -> int:
         return 2
     backends = args.backend or list(BACKENDS)
     if _backend.NATIVE_ERROR is not None and any(b != "asyncio" for b in backends):
-        print(f"ERROR: rsloop native core unavailable: {_backend.NATIVE_ERROR}",
-              file=sys.stderr)
+        print(f"ERROR: rsloop native core unavailable: {_backend.NATIVE_ERROR}", file=sys.stderr)
         return 2
     ef = _load_classification()
     for area in ef.PENDING:
         if area not in ef.AREAS:
-            print(f"ERROR: expected_failures.PENDING area {area!r} is not in AREAS",
-                  file=sys.stderr)
+            print(
+                f"ERROR: expected_failures.PENDING area {area!r} is not in AREAS", file=sys.stderr
+            )
             return 2
 
     modules = []
@@ -828,8 +879,10 @@ def parent_main(args) -> int:
         print("ERROR: no modules to run", file=sys.stderr)
         return 2
 
-    print(f"rsloop {rsloop.__version__} from {os.path.dirname(rsloop.__file__)}; "
-          f"Python {platform.python_version()} ({sys.executable})")
+    print(
+        f"rsloop {rsloop.__version__} from {os.path.dirname(rsloop.__file__)}; "
+        f"Python {platform.python_version()} ({sys.executable})"
+    )
     overall = True
     summaries = []
     for backend in backends:
@@ -863,25 +916,50 @@ def parent_main(args) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", action="append", choices=("uring", "poll", "asyncio"),
-                   help="backend to run (repeatable; default: uring and poll). 'asyncio' "
-                        "runs the same harness on rsloop's stdlib fallback loop, to tell "
-                        "rsloop bugs from harness or test issues")
-    p.add_argument("-m", "--module", action="append",
-                   help="run only this module (repeatable), e.g. test_tasks")
-    p.add_argument("-j", "--jobs", type=int, default=min(4, os.cpu_count() or 1),
-                   help="modules run in parallel (default: min(4, CPUs))")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="print the traceback tail of each unexpected failure")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--backend",
+        action="append",
+        choices=("uring", "poll", "asyncio"),
+        help="backend to run (repeatable; default: uring and poll). 'asyncio' "
+        "runs the same harness on rsloop's stdlib fallback loop, to tell "
+        "rsloop bugs from harness or test issues",
+    )
+    p.add_argument(
+        "-m", "--module", action="append", help="run only this module (repeatable), e.g. test_tasks"
+    )
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        help="modules run in parallel (default: min(4, CPUs))",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print the traceback tail of each unexpected failure",
+    )
     p.add_argument("--trace-lines", type=int, default=25)
-    p.add_argument("--show-pending", action="store_true",
-                   help="list each pending (expected) failure with its last line")
-    p.add_argument("--show-na", action="store_true",
-                   help="list tests that passed without running the loop under test")
-    p.add_argument("--test-timeout", type=float, default=60.0,
-                   help="seconds before a single test counts as hung (default 60)")
+    p.add_argument(
+        "--show-pending",
+        action="store_true",
+        help="list each pending (expected) failure with its last line",
+    )
+    p.add_argument(
+        "--show-na",
+        action="store_true",
+        help="list tests that passed without running the loop under test",
+    )
+    p.add_argument(
+        "--test-timeout",
+        type=float,
+        default=60.0,
+        help="seconds before a single test counts as hung (default 60)",
+    )
     p.add_argument("--module-timeout", type=float, default=600.0)
     p.add_argument("--max-restarts", type=int, default=20)
     p.add_argument("--json", help="write the per-backend summary as JSON here")
