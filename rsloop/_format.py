@@ -15,7 +15,7 @@ from ._compat import PY313
 def _source(callback, args, handle) -> str:
     # 3.13+ shows a callback's arguments only in debug mode.
     if PY313:
-        return format_helpers._format_callback_source(callback, args, debug=handle._debug)
+        return format_helpers._format_callback_source(callback, args, debug=handle._debug)  # type: ignore[call-arg]
     return format_helpers._format_callback_source(callback, args)
 
 

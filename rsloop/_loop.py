@@ -43,7 +43,7 @@ def _not_implemented(name: str):
     return method
 
 
-class Loop(_NativeLoop, asyncio.AbstractEventLoop):
+class Loop(_NativeLoop, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """An asyncio event loop on rsloop's native core (io_uring or mio)."""
 
     def __init__(self, backend: str | None = None) -> None:
@@ -55,7 +55,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
         self._coroutine_origin_tracking_enabled = False
         self._coroutine_origin_tracking_saved_depth = None
         self._current_handle = None
-        self._set_debug_native(coroutines._is_debug_mode())
+        self._set_debug_native(coroutines._is_debug_mode())  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         return (
@@ -124,7 +124,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
         if self.is_closed():
             return
         if self.get_debug():
-            base_events.logger.debug("Close %r", self)
+            base_events.logger.debug("Close %r", self)  # type: ignore[attr-defined]
         self._close_native()
         self._executor_shutdown_called = True
         executor = self._default_executor
@@ -200,7 +200,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
     def set_default_executor(self, executor) -> None:
         if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
             raise TypeError("executor must be ThreadPoolExecutor instance")
-        self._default_executor = executor
+        self._default_executor = executor  # type: ignore[assignment]
 
     async def shutdown_default_executor(self, timeout=None) -> None:
         """Wait for the default executor's threads to finish (``timeout`` on 3.12+)."""
@@ -295,7 +295,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             else:
                 value = repr(value)
             lines.append(f"{key}: {value}")
-        base_events.logger.error("\n".join(lines), exc_info=exc_info)
+        base_events.logger.error("\n".join(lines), exc_info=exc_info)  # type: ignore[attr-defined]
 
     def call_exception_handler(self, context) -> None:
         """Pass ``context`` to the handler set by set_exception_handler(), or log it."""
@@ -306,7 +306,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException:
-                base_events.logger.error("Exception in default exception handler", exc_info=True)
+                base_events.logger.error("Exception in default exception handler", exc_info=True)  # type: ignore[attr-defined]
             return
         try:
             ctx = _handler_context(context) if _compat.PY312 else None
@@ -352,7 +352,7 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
         callback = handle._callback
         owner = getattr(callback, "__self__", None)
         text = repr(owner) if isinstance(owner, tasks.Task) else str(handle)
-        base_events.logger.warning("Executing %s took %.3f seconds", text, seconds)
+        base_events.logger.warning("Executing %s took %.3f seconds", text, seconds)  # type: ignore[attr-defined]
 
     # ----- Debug flag management -----
 
@@ -365,10 +365,10 @@ class Loop(_NativeLoop, asyncio.AbstractEventLoop):
         if bool(enabled) == bool(self._coroutine_origin_tracking_enabled):
             return
         if enabled:
-            self._coroutine_origin_tracking_saved_depth = sys.get_coroutine_origin_tracking_depth()
+            self._coroutine_origin_tracking_saved_depth = sys.get_coroutine_origin_tracking_depth()  # type: ignore[assignment]
             sys.set_coroutine_origin_tracking_depth(constants.DEBUG_STACK_DEPTH)
         else:
-            sys.set_coroutine_origin_tracking_depth(self._coroutine_origin_tracking_saved_depth)
+            sys.set_coroutine_origin_tracking_depth(self._coroutine_origin_tracking_saved_depth)  # type: ignore[arg-type]
         self._coroutine_origin_tracking_enabled = enabled
 
     # ----- Names (via the executor, as asyncio does) -----

@@ -26,15 +26,15 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         return FallbackLoop(_backend.NATIVE_ERROR)
     from ._loop import Loop
 
-    return Loop(backend=choice)
+    return Loop(backend=choice)  # type: ignore[abstract]
 
 
 def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
     """Run a coroutine on a new rsloop loop, like ``asyncio.run``."""
     if _compat.PY312:
-        return asyncio.run(main, debug=debug, loop_factory=new_event_loop)
+        return asyncio.run(main, debug=debug, loop_factory=new_event_loop)  # type: ignore[call-arg]
     if _compat.PY311:
-        with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
+        with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:  # type: ignore[attr-defined]
             return runner.run(main)
     return _run_310(main, debug=debug)
 
