@@ -64,7 +64,7 @@ def make_loop(name: str):
 
         info["version"] = rloop.__version__
         loop = rloop.new_event_loop()
-    elif name in ("rsloop", "rsloop-poll"):
+    elif name in ("rsloop", "rsloop-poll", "rsloop-nostats"):
         import rsloop
 
         if name == "rsloop-poll" and os.environ.get("RSLOOP_BACKEND") != "poll":
@@ -129,12 +129,14 @@ def main() -> int:
             fn(loop, warm_n)
         gc.collect()
         ops, (secs, cpu_secs) = fn(loop, n)
+        if loop_name == "rsloop-nostats" and loop.stats().get("callbacks"):
+            raise RuntimeError("rsloop-nostats: this wheel counts callbacks (stats on)")
     finally:
         loop.close()
         asyncio.set_event_loop(None)
     peak_kib = _peak_rss_kib()
     # Only after measuring: importlib.metadata alone adds ~2-3 MiB of RSS.
-    if loop_name in ("rsloop", "rsloop-poll", "pypi-rsloop"):
+    if loop_name in ("rsloop", "rsloop-poll", "rsloop-nostats", "pypi-rsloop"):
         info["installed_from"] = _installed_from("rsloop")
     out = {
         "loop": loop_name,

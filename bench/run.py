@@ -31,7 +31,15 @@ sys.path.insert(0, str(HERE))
 
 from workloads import WORKLOADS  # noqa: E402
 
-ALL_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
+ALL_LOOPS = [
+    "asyncio",
+    "uvloop",
+    "rloop",
+    "rsloop",
+    "rsloop-poll",
+    "pypi-rsloop",
+    "rsloop-nostats",
+]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
 OURS = ("rsloop", "rsloop-poll")
 NOT_INSTALLED = 3
@@ -71,6 +79,13 @@ def parse_args(argv=None):
         "--python", default=sys.executable, help="interpreter for the children (default: this one)"
     )
     p.add_argument(
+        "--nostats-python",
+        default=None,
+        help="interpreter of a venv holding an rsloop wheel built without the `stats` "
+        "feature, for the loop `rsloop-nostats` (default: .venv-nostats/bin/python beside "
+        "the repo, if present): what the loop.stats() counters cost",
+    )
+    p.add_argument(
         "--pypi-rsloop-python",
         default=None,
         metavar="PATH",
@@ -106,6 +121,10 @@ def parse_args(argv=None):
     for x in a.workloads:
         if x not in WORKLOADS:
             p.error(f"unknown workload {x!r}; choose from {', '.join(WORKLOADS)}")
+    if a.nostats_python is None:
+        guess = HERE.parent / ".venv-nostats" / "bin" / "python"
+        if guess.exists():
+            a.nostats_python = str(guess)
     if a.pypi_rsloop_python is None:
         guess = HERE.parent / ".venv-pypi-rsloop" / "bin" / "python"
         if guess.exists():
@@ -123,6 +142,8 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
         env["RSLOOP_BACKEND"] = "poll"
     elif loop == "pypi-rsloop":
         python = args.pypi_rsloop_python
+    elif loop == "rsloop-nostats":
+        python = args.nostats_python
     return [python, str(HERE / "_child.py"), loop, workload, str(n), str(warm)], env
 
 
@@ -130,7 +151,7 @@ def run_child(args, loop, workload, n, warm):
     """One measurement: dict with the child's JSON, or {'skip': why} / {'error': why}."""
     cmd, env = child_command(args, loop, workload, n, warm)
     if cmd[0] is None:
-        return {"skip": "no --pypi-rsloop-python given (and no .venv-pypi-rsloop found)"}
+        return {"skip": f"no interpreter for {loop} (see --help)"}
     if not os.path.exists(cmd[0]):
         return {"skip": f"interpreter {cmd[0]} not found"}
     try:
