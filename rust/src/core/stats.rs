@@ -13,11 +13,15 @@ use crate::driver::DriverCounters;
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    /// Adds `n`; the loop thread is the only writer.
+    /// Adds `n`; the loop thread is the only writer (or writers hold the GIL). Compiled
+    /// out without the `stats` feature, which is how their cost is measured (see
+    /// docs/performance.md).
     #[inline]
     pub fn add(&self, n: u64) {
-        self.0
-            .store(self.0.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        if cfg!(feature = "stats") {
+            self.0
+                .store(self.0.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        }
     }
     /// Raises the value to `n` if it is larger.
     #[inline]
