@@ -3,7 +3,7 @@
 //! Owns: what one scheduled callback is, running it under its context, cancellation.
 //! Not: queues and ordering (`core/`), formatting and error reporting (Python, `rsloop/_format.py`).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
@@ -278,7 +278,8 @@ impl Handle {
 /// A callback scheduled for a deadline (`call_later`, `call_at`).
 #[pyclass(frozen, extends = Handle, module = "rsloop._rsloop", name = "TimerHandle")]
 pub struct TimerHandle {
-    when: f64,
+    /// The deadline as f64 bits (mutable only while the handle sits on the freelist).
+    when: AtomicU64,
     /// True while the entry sits in the loop's timer heap.
     scheduled: AtomicBool,
     /// The loop's count of cancelled entries still in the heap (asyncio's
@@ -290,15 +291,23 @@ impl TimerHandle {
     /// A timer part for a handle that is about to be pushed onto the heap.
     pub fn new(when: f64, cancelled_in_heap: Arc<AtomicUsize>) -> Self {
         TimerHandle {
-            when,
+            when: AtomicU64::new(when.to_bits()),
             scheduled: AtomicBool::new(true),
             cancelled_in_heap,
         }
     }
 
     /// The deadline.
+    #[inline]
     pub fn deadline(&self) -> f64 {
-        self.when
+        f64::from_bits(self.when.load(Ordering::Relaxed))
+    }
+
+    /// Gives a recycled timer (emptied, off the heap, unreferenced) a new deadline; the
+    /// caller refills its `Handle` part and pushes it onto the heap.
+    pub fn rearm(&self, when: f64) {
+        self.when.store(when.to_bits(), Ordering::Relaxed);
+        self.scheduled.store(true, Ordering::Relaxed);
     }
 
     /// Called by the loop when the entry leaves the heap.
@@ -310,12 +319,12 @@ impl TimerHandle {
 #[pymethods]
 impl TimerHandle {
     fn when(&self) -> f64 {
-        self.when
+        self.deadline()
     }
 
     #[getter]
     fn _when(&self) -> f64 {
-        self.when
+        self.deadline()
     }
 
     #[getter]
@@ -333,7 +342,7 @@ impl TimerHandle {
 
     fn __hash__(&self) -> u64 {
         // hash(float) for the deadline, like asyncio.TimerHandle.__hash__.
-        let w = self.when;
+        let w = self.deadline();
         if w.fract() == 0.0 && w.abs() < 9.0e15 {
             (w as i64) as u64
         } else {
@@ -353,7 +362,7 @@ impl TimerHandle {
         let (a, b) = (slf.get(), other.get());
         let (ha, hb) = (slf.as_super().get(), other.as_super().get());
         let same = || -> PyResult<bool> {
-            if a.when != b.when || ha.is_cancelled() != hb.is_cancelled() {
+            if a.deadline() != b.deadline() || ha.is_cancelled() != hb.is_cancelled() {
                 return Ok(false);
             }
             // Clone out of the locks first: comparing arguments runs Python code.
@@ -368,10 +377,10 @@ impl TimerHandle {
             }
         };
         let result = match op {
-            CompareOp::Lt => a.when < b.when,
-            CompareOp::Le => a.when < b.when || same()?,
-            CompareOp::Gt => a.when > b.when,
-            CompareOp::Ge => a.when > b.when || same()?,
+            CompareOp::Lt => a.deadline() < b.deadline(),
+            CompareOp::Le => a.deadline() < b.deadline() || same()?,
+            CompareOp::Gt => a.deadline() > b.deadline(),
+            CompareOp::Ge => a.deadline() > b.deadline() || same()?,
             CompareOp::Eq => same()?,
             CompareOp::Ne => !same()?,
         };

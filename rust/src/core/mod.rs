@@ -52,6 +52,8 @@ pub struct Queues {
     /// freelist, like CPython's for its own small objects. Saves an allocation and a
     /// garbage-collector count per callback.
     pub free: Vec<Py<Handle>>,
+    /// The same for timers (their deadline is re-set on reuse).
+    pub free_timers: Vec<Py<TimerHandle>>,
 }
 
 /// At most this many handles wait on the freelist (about 100 bytes each).
@@ -171,6 +173,7 @@ impl LoopCore {
             out.extend(timers.into_iter().map(Py::into_any));
             out.extend(q.watchers.clear());
             out.extend(q.free.drain(..).map(Py::into_any));
+            out.extend(q.free_timers.drain(..).map(Py::into_any));
             out
         });
         self.cancelled_timers.store(0, Ordering::Relaxed);

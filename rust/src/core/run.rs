@@ -15,7 +15,7 @@ use super::watchers::DriverWork;
 use super::{BackendInfo, LoopCore, Queues, FREE_HANDLES_MAX, MAX_WAIT_SECS};
 use crate::driver::{self, Completion, Op, Requested};
 use crate::errors::os_error;
-use crate::handles::{lock, Handle, RunOutcome};
+use crate::handles::{lock, Handle, RunOutcome, TimerHandle};
 use crate::sys::python::refcnt;
 use crate::timers::should_compact;
 
@@ -294,26 +294,48 @@ impl LoopCore {
         Ok(())
     }
 
-    // Puts a finished handle on the freelist if nothing but the batch referenced it (the
-    // caller dropped what call_soon returned), it is a plain Handle (timers keep their
-    // deadline immutable), and there is room.
+    // Puts a finished handle on its freelist if nothing but the batch referenced it (the
+    // caller dropped what call_soon/call_later returned), it is one of our exact classes,
+    // and there is room.
     fn recycle(&self, py: Python<'_>, handle: Py<Handle>) {
-        let released = {
+        let (released, is_timer) = {
             let bound = handle.bind(py);
-            if refcnt(bound.as_any()) != 1 || !bound.is_exact_instance_of::<Handle>() {
+            if refcnt(bound.as_any()) != 1 {
                 return;
             }
-            bound.get().empty(py)
+            let is_timer = if bound.is_exact_instance_of::<Handle>() {
+                false
+            } else if bound.is_exact_instance_of::<TimerHandle>() {
+                true
+            } else {
+                return;
+            };
+            (bound.get().empty(py), is_timer)
         };
         drop(released);
-        let overflow = self.queues.with(py, |q| {
-            if q.free.len() < FREE_HANDLES_MAX {
-                q.free.push(handle);
-                None
-            } else {
-                Some(handle)
-            }
-        });
+        let overflow = if is_timer {
+            let Ok(timer) = handle.into_bound(py).cast_into::<TimerHandle>() else {
+                return;
+            };
+            let timer = timer.unbind();
+            self.queues.with(py, |q| {
+                if q.free_timers.len() < FREE_HANDLES_MAX {
+                    q.free_timers.push(timer);
+                    None
+                } else {
+                    Some(timer.into_any())
+                }
+            })
+        } else {
+            self.queues.with(py, |q| {
+                if q.free.len() < FREE_HANDLES_MAX {
+                    q.free.push(handle);
+                    None
+                } else {
+                    Some(handle.into_any())
+                }
+            })
+        };
         drop(overflow);
     }
 

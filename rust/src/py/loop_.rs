@@ -171,12 +171,26 @@ impl Loop {
         if debug {
             self.debug_checks(py, &callback, method)?;
         }
-        let base = self.new_handle(py, callback, args, context, debug)?;
-        let timer = TimerHandle::new(when, Arc::clone(&self.core.cancelled_timers));
-        let timer = untracked(
-            Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?,
-            py,
-        );
+        let (context, tb) = self.handle_parts(py, context, debug)?;
+        let timer = match self.core.queues.with(py, |q| q.free_timers.pop()) {
+            Some(t) => {
+                let bound = t.bind(py);
+                bound
+                    .as_super()
+                    .get()
+                    .refill(py, callback, args, context, tb, debug);
+                bound.get().rearm(when);
+                t
+            }
+            None => {
+                let base = Handle::new(callback, args, context, tb, debug);
+                let timer = TimerHandle::new(when, Arc::clone(&self.core.cancelled_timers));
+                untracked(
+                    Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?,
+                    py,
+                )
+            }
+        };
         self.core.push_timer(py, when, timer.clone_ref(py));
         Ok(timer)
     }
