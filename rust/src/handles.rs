@@ -33,6 +33,8 @@ struct HandleState {
     /// `traceback.extract_stack()` at creation, in debug mode only.
     source_traceback: Option<Py<PyAny>>,
     debug: bool,
+    /// `repr(self)` kept at cancel time in debug mode, as asyncio keeps `_repr`.
+    repr_cache: Option<String>,
 }
 
 /// The Python objects a handle let go of; dropped by the caller outside any cell.
@@ -46,8 +48,6 @@ pub struct Released(#[allow(dead_code)] HandleState);
 pub struct Handle {
     state: GilCell<HandleState>,
     cancelled: AtomicBool,
-    /// `repr(self)` kept at cancel time in debug mode, as asyncio keeps `_repr`.
-    repr_cache: Mutex<Option<String>>,
 }
 
 /// How a handle is run and what it tells the caller.
@@ -75,9 +75,9 @@ impl Handle {
                 context,
                 source_traceback,
                 debug,
+                repr_cache: None,
             }),
             cancelled: AtomicBool::new(false),
-            repr_cache: Mutex::new(None),
         }
     }
 
@@ -105,7 +105,6 @@ impl Handle {
 
     /// Takes every Python object out of the handle (before it goes on the freelist).
     pub fn empty(&self, py: Python<'_>) -> Released {
-        *lock(&self.repr_cache) = None;
         Released(self.state.with(py, |st| HandleState {
             callback: st.callback.take(),
             args: st.args.take(),
@@ -113,6 +112,7 @@ impl Handle {
             fresh_context: false,
             source_traceback: st.source_traceback.take(),
             debug: false,
+            repr_cache: st.repr_cache.take(),
         }))
     }
 
@@ -163,7 +163,7 @@ impl Handle {
         }
         if this.state.with(py, |st| st.debug) {
             let text = slf.repr()?.to_string();
-            *lock(&this.repr_cache) = Some(text);
+            this.state.with(py, |st| st.repr_cache = Some(text));
         }
         let released = this
             .state
@@ -263,12 +263,12 @@ impl Handle {
     }
 
     #[getter]
-    fn _repr(&self) -> Option<String> {
-        lock(&self.repr_cache).clone()
+    fn _repr(&self, py: Python<'_>) -> Option<String> {
+        self.state.with(py, |st| st.repr_cache.clone())
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        if let Some(text) = lock(&slf.get().repr_cache).clone() {
+        if let Some(text) = slf.get().state.with(slf.py(), |st| st.repr_cache.clone()) {
             return Ok(text);
         }
         python_repr(slf.as_any())
