@@ -66,7 +66,7 @@ def test_non_debug_call_soon_coroutine_object_like_asyncio(loop, handler_log):
             coro.close()
         return [(type(c["exception"]), str(c["exception"])) for c in log]
 
-    expected, _ = asyncio_reference(scenario)
+    expected, _ = asyncio_reference(scenario, debug=loop.get_debug())
     assert expected == [(TypeError, "'coroutine' object is not callable")]
     got = scenario(loop, handler_log)
     assert got == expected
@@ -81,7 +81,7 @@ def test_non_context_context_fails_at_run_time_like_asyncio(loop, handler_log):
         run_once(lp)
         return out, [(type(c["exception"]), c["message"]) for c in log]
 
-    expected, _ = asyncio_reference(scenario)
+    expected, _ = asyncio_reference(scenario, debug=loop.get_debug())
     # asyncio calls context.run(...): an int has no .run
     assert expected[0] == ["after"]
     assert [t for t, _ in expected[1]] == [AttributeError]
