@@ -333,6 +333,7 @@ def test_exception_message_shows_args_in_debug(loop, handler_log):
     )
 
 
+@pytest.mark.debug_mode(False)
 def test_exception_message_args_without_debug(loop, handler_log):
     loop.call_soon(_raise_with, 1)
     run_once(loop)

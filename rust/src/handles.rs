@@ -6,10 +6,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyFloat, PyTuple};
+use pyo3::PyTraverseError;
 
 use crate::sys::gil::GilCell;
 use crate::sys::python::{call_in_context, new_context};
@@ -161,6 +163,14 @@ impl Handle {
         if this.cancelled.swap(true, Ordering::Relaxed) {
             return Ok(false);
         }
+        // asyncio's TimerHandle.cancel: a cancelled timer still in the heap is counted
+        // (before anything below can fail), whichever class's cancel() was called.
+        if let Ok(timer) = slf.cast::<TimerHandle>() {
+            let t = timer.get();
+            if t.scheduled.load(Ordering::Relaxed) {
+                t.cancelled_in_heap.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if this.state.with(py, |st| st.debug) {
             let text = slf.repr()?.to_string();
             this.state.with(py, |st| st.repr_cache = Some(text));
@@ -217,6 +227,23 @@ fn python_repr(slf: &Bound<'_, PyAny>) -> PyResult<String> {
 
 #[pymethods]
 impl Handle {
+    // The collector must see what a handle holds: `self.h = loop.call_later(t, self.m)`
+    // is a cycle through the handle.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(st) = self.state.peek_for_gc(&visit) {
+            visit.call(&st.callback)?;
+            visit.call(&st.args)?;
+            visit.call(&st.context)?;
+            visit.call(&st.source_traceback)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let released = Python::attach(|py| self.empty(py));
+        drop(released);
+    }
+
     /// Cancels the callback; a no-op if it already ran or was cancelled.
     fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
         Handle::cancel_inner(slf).map(|_| ())
@@ -333,21 +360,12 @@ impl TimerHandle {
     }
 
     fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let this = slf.get();
-        if Handle::cancel_inner(slf.as_super())? && this.scheduled.load(Ordering::Relaxed) {
-            this.cancelled_in_heap.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
+        Handle::cancel_inner(slf.as_super()).map(|_| ())
     }
 
-    fn __hash__(&self) -> u64 {
-        // hash(float) for the deadline, like asyncio.TimerHandle.__hash__.
-        let w = self.deadline();
-        if w.fract() == 0.0 && w.abs() < 9.0e15 {
-            (w as i64) as u64
-        } else {
-            w.to_bits()
-        }
+    /// `hash(self.when())`, like asyncio.TimerHandle.__hash__.
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        PyFloat::new(py, self.deadline()).hash()
     }
 
     fn __richcmp__(
@@ -370,7 +388,7 @@ impl TimerHandle {
             let (xa, ya) = (ha._args(py), hb._args(py));
             match (x, y, xa, ya) {
                 (Some(x), Some(y), Some(xa), Some(ya)) => {
-                    Ok(x.is(&y) && xa.bind(py).eq(ya.bind(py))?)
+                    Ok(x.bind(py).eq(y.bind(py))? && xa.bind(py).eq(ya.bind(py))?)
                 }
                 (None, None, _, _) => Ok(true),
                 _ => Ok(false),

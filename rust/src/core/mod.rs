@@ -15,7 +15,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::PyTraverseError;
 
 use crate::driver::{Driver, Requested, Waker};
 use crate::handles::{lock, Handle, TimerHandle};
@@ -153,6 +155,23 @@ impl LoopCore {
                 let _ = w.wake();
             }
         }
+    }
+
+    /// Shows the collector every Python object the loop's queues hold.
+    pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        let Some(q) = self.queues.peek_for_gc(visit) else {
+            return Ok(());
+        };
+        for h in q.ready.iter().chain(q.free.iter()) {
+            visit.call(h)?;
+        }
+        for t in q.timers.items().chain(q.free_timers.iter()) {
+            visit.call(t)?;
+        }
+        for o in q.watchers.objects() {
+            visit.call(o)?;
+        }
+        Ok(())
     }
 
     /// Pushes a timer onto the heap.

@@ -104,7 +104,7 @@ impl LoopCore {
         } else {
             next_deadline.map(|when| wait_for(when - self.time()))
         };
-        self.poll_driver(py, &mut timeout, work, scratch)?;
+        let waited = self.poll_driver(py, &mut timeout, work, scratch)?;
         let first_deadline = self.queues.with(py, |q| {
             self.process_completions(py, q, scratch);
             q.timers.peek().map(|(when, _)| when)
@@ -119,8 +119,19 @@ impl LoopCore {
                 self.queues.with(py, |q| self.fire_timers(py, q, end_time));
             }
         }
-        self.queues
-            .with(py, |q| std::mem::swap(&mut scratch.batch, &mut q.ready));
+        if waited {
+            // A signal (Ctrl-C) interrupts a blocking wait: let its Python handler run now,
+            // after this wait's completions and timers are safely queued (a handler that
+            // raises must not lose them: they are one-shot, unlike a selector's readiness).
+            if let Err(e) = py.check_signals() {
+                drop(std::mem::take(&mut scratch.to_drop));
+                return Err(e);
+            }
+        }
+        self.queues.with(py, |q| {
+            std::mem::swap(&mut scratch.batch, &mut q.ready);
+            q.watchers.batch_started();
+        });
         drop(std::mem::take(&mut scratch.to_drop));
         self.run_ready(py, loop_obj, scratch)
     }
@@ -147,7 +158,9 @@ impl LoopCore {
                     break;
                 }
                 if let Some((_, t)) = timers.pop() {
-                    self.cancelled_timers.fetch_sub(1, Ordering::Relaxed);
+                    let left = self.cancelled_timers.load(Ordering::Relaxed);
+                    self.cancelled_timers
+                        .store(left.saturating_sub(1), Ordering::Relaxed);
                     t.get().unschedule();
                     scratch.to_drop.push(t.into_any());
                 }
@@ -156,27 +169,42 @@ impl LoopCore {
     }
 
     // Hands watcher work to the driver and waits (GIL released only if we may block).
+    // Returns whether the wait could block (then signals are checked by the caller).
     fn poll_driver(
         &self,
         py: Python<'_>,
         timeout: &mut Option<f64>,
         work: DriverWork,
         scratch: &mut Scratch,
-    ) -> PyResult<()> {
+    ) -> PyResult<bool> {
         let mut slot = lock(&self.driver);
         let Some(driver) = slot.as_mut() else {
-            return Ok(());
+            return Ok(false);
         };
         for token in work.cancel {
-            driver.cancel(token).map_err(|e| os_error(&e))?;
+            // A cancel the driver could not queue only means the poll completes normally
+            // later; its token is already forgotten, so that completion is ignored.
+            let _ = driver.cancel(token);
         }
         for (token, fd, side) in work.arm {
             let op = Op::Poll {
                 fd,
                 interest: side.interest(),
             };
-            if driver.submit(token, op).is_err() {
-                self.queues.with(py, |q| q.watchers.arm_failed(token));
+            if let Err(e) = driver.submit(token, op) {
+                // A full queue is temporary: try again next iteration. Anything else (a bad
+                // fd) leaves the watcher installed and silent, as a selector would.
+                let transient = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ResourceBusy
+                );
+                self.queues.with(py, |q| {
+                    if transient {
+                        q.watchers.arm_later(token)
+                    } else {
+                        q.watchers.arm_failed(token)
+                    }
+                });
             }
         }
 
@@ -205,11 +233,7 @@ impl LoopCore {
         self.stats.driver.set(driver.counters());
         drop(slot);
         result.map_err(|e| os_error(&e))?;
-        if blocking {
-            // A signal (Ctrl-C) interrupts the wait: let its Python handler run now.
-            py.check_signals()?;
-        }
-        Ok(())
+        Ok(blocking)
     }
 
     fn process_completions(&self, py: Python<'_>, q: &mut Queues, scratch: &mut Scratch) {
@@ -264,27 +288,31 @@ impl LoopCore {
             ran += 1;
             let t0 = if debug { Some(self.time()) } else { None };
             let outcome = h.run(py);
-            if let Some(t0) = t0 {
+            let outcome_is_ok = matches!(outcome, RunOutcome::Done);
+            let mut fatal = None;
+            if let RunOutcome::Raised(err) = outcome {
+                self.stats.callback_errors.add(1);
+                fatal = self.report_callback_error(py, loop_obj, &handle, err).err();
+            }
+            if let (Some(t0), None) = (t0, &fatal) {
                 let dt = self.time() - t0;
                 if dt >= f64::from_bits(self.slow_callback_bits.load(Ordering::Relaxed)) {
                     self.stats.slow_callbacks.add(1);
-                    loop_obj.call_method1(intern!(py, "_warn_slow_callback"), (&handle, dt))?;
+                    fatal = loop_obj
+                        .call_method1(intern!(py, "_warn_slow_callback"), (&handle, dt))
+                        .err();
                 }
             }
-            let outcome_is_ok = matches!(outcome, RunOutcome::Done);
-            if let RunOutcome::Raised(err) = outcome {
-                self.stats.callback_errors.add(1);
-                if let Err(fatal) = self.report_callback_error(py, loop_obj, &handle, err) {
-                    // KeyboardInterrupt / SystemExit: leave the rest of the batch queued in
-                    // front of anything added since, as asyncio's deque would.
-                    self.queues.with(py, |q| {
-                        while let Some(rest) = scratch.batch.pop_back() {
-                            q.ready.push_front(rest);
-                        }
-                    });
-                    self.stats.callbacks.add(ran);
-                    return Err(fatal);
-                }
+            if let Some(fatal) = fatal {
+                // KeyboardInterrupt / SystemExit (or a failing warning): leave the rest of the
+                // batch queued in front of anything added since, as asyncio's deque would.
+                self.queues.with(py, |q| {
+                    while let Some(rest) = scratch.batch.pop_back() {
+                        q.ready.push_front(rest);
+                    }
+                });
+                self.stats.callbacks.add(ran);
+                return Err(fatal);
             }
             if outcome_is_ok {
                 self.recycle(py, handle);

@@ -64,6 +64,9 @@ pub struct Watchers {
     work: DriverWork,
     /// fd/side pairs that need an arm at the next flush (tokens assigned then).
     to_arm: Vec<(i32, Side)>,
+    /// Watchers whose callback was queued by a completion: re-armed once the batch that
+    /// runs the callback has started, so one readiness queues the callback once.
+    rearm_after_batch: Vec<(i32, Side)>,
     next_token: Token,
 }
 
@@ -165,6 +168,18 @@ impl Watchers {
         std::mem::take(&mut self.work)
     }
 
+    /// Puts back an arm the driver could not take now (its queue was full): the watcher is
+    /// armed again at the next flush under a new token.
+    pub fn arm_later(&mut self, token: Token) {
+        if let Some((fd, side)) = self.by_token.remove(&token) {
+            if let Some(w) = self.by_fd.get_mut(&fd).and_then(|e| e[slot(side)].as_mut()) {
+                w.armed = None;
+                w.pending = true;
+                self.to_arm.push((fd, side));
+            }
+        }
+    }
+
     /// Marks an arm that the driver refused (the fd is bad): the watcher stays installed,
     /// silent, as a closed fd stays silently registered in a selector.
     pub fn arm_failed(&mut self, token: Token) {
@@ -199,14 +214,23 @@ impl Watchers {
             return (None, self.remove(fd, side));
         }
         w.pending = true;
-        self.to_arm.push((fd, side));
+        self.rearm_after_batch.push((fd, side));
         (Some(w.handle.clone_ref(py)), None)
+    }
+
+    /// The batch that runs the queued watcher callbacks has started: their re-arms go to
+    /// the next flush, which happens after the callbacks ran.
+    pub fn batch_started(&mut self) {
+        if !self.rearm_after_batch.is_empty() {
+            self.to_arm.append(&mut self.rearm_after_batch);
+        }
     }
 
     /// Forgets every poll in flight and queues every watcher for arming: used when the
     /// driver is replaced (a forked child), whose new driver knows none of the old tokens.
     pub fn rearm_all(&mut self) {
         self.by_token.clear();
+        self.rearm_after_batch.clear();
         self.work = DriverWork::default();
         for (fd, entry) in self.by_fd.iter_mut() {
             for (i, w) in entry.iter_mut().enumerate() {
@@ -220,9 +244,18 @@ impl Watchers {
         }
     }
 
+    /// Every Python object the table holds (for the collector's traversal).
+    pub fn objects(&self) -> impl Iterator<Item = &Py<PyAny>> + '_ {
+        self.by_fd
+            .values()
+            .flat_map(|e| e.iter().flatten())
+            .flat_map(|w| [w.handle.as_any(), &w.fileobj])
+    }
+
     /// Removes everything (loop close); returns the objects to drop outside locks.
     pub fn clear(&mut self) -> Vec<Py<PyAny>> {
         self.by_token.clear();
+        self.rearm_after_batch.clear();
         self.to_arm.clear();
         self.work = DriverWork::default();
         self.by_fd

@@ -6,10 +6,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
+use pyo3::PyTraverseError;
 
 use super::convert::{fileobj_to_fd, seconds};
 use crate::core::run::planned_backend;
@@ -18,7 +20,7 @@ use crate::core::LoopCore;
 use crate::driver::Requested;
 use crate::handles::{lock, Handle, TimerHandle};
 use crate::sys::gil::GilCell;
-use crate::sys::python::{call_kw, context_is_empty, copy_context, gc_untrack, thread_ident};
+use crate::sys::python::{call_kw, context_is_empty, copy_context, thread_ident};
 
 /// The native event loop. Python code uses it through `rsloop.Loop`.
 #[pyclass(subclass, frozen, module = "rsloop._rsloop", name = "Loop")]
@@ -62,13 +64,6 @@ fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     FORMAT
         .get_or_try_init(py, || py.import("rsloop._format").map(Bound::unbind))
         .map(|m| m.bind(py))
-}
-
-/// Handles show the collector no references (no `__traverse__`), so tracking them only
-/// costs: see `sys::python::gc_untrack`.
-fn untracked<T>(obj: Py<T>, py: Python<'_>) -> Py<T> {
-    gc_untrack(obj.bind(py).as_any());
-    obj
 }
 
 impl Loop {
@@ -143,10 +138,10 @@ impl Loop {
                 h.get().refill(py, callback, args, context, tb, debug);
                 Ok(h)
             }
-            None => Ok(untracked(
-                Py::new(py, Handle::new(callback, args, context, tb, debug))?,
+            None => Ok(Py::new(
                 py,
-            )),
+                Handle::new(callback, args, context, tb, debug),
+            )?),
         }
     }
 
@@ -185,10 +180,7 @@ impl Loop {
             None => {
                 let base = Handle::new(callback, args, context, tb, debug);
                 let timer = TimerHandle::new(when, Arc::clone(&self.core.cancelled_timers));
-                untracked(
-                    Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?,
-                    py,
-                )
+                Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?
             }
         };
         self.core.push_timer(py, when, timer.clone_ref(py));
@@ -207,10 +199,7 @@ impl Loop {
         let fd = fileobj_to_fd(fd)?;
         self.check_closed()?;
         let debug = self.core.debug();
-        let handle = untracked(
-            Py::new(py, self.new_handle(py, callback, args, None, debug)?)?,
-            py,
-        );
+        let handle = Py::new(py, self.new_handle(py, callback, args, None, debug)?)?;
         let already = self
             .core
             .queues
@@ -252,6 +241,28 @@ impl Loop {
 
 #[pymethods]
 impl Loop {
+    // A loop that is never closed must still be collectable (a pending timer or task
+    // refers back to it), so its `__del__` can warn and close it as asyncio's does.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(f) = self.task_factory.peek_for_gc(&visit) {
+            visit.call(f)?;
+        }
+        self.core.traverse(&visit)
+    }
+
+    fn __clear__(&self) {
+        let dropped = Python::attach(|py| {
+            let factory = self.task_factory.with(py, Option::take);
+            let queued = if self.core.thread_id.load(Ordering::Relaxed) == 0 {
+                self.core.clear(py)
+            } else {
+                Vec::new()
+            };
+            (factory, queued)
+        });
+        drop(dropped);
+    }
+
     #[new]
     #[pyo3(signature = (*_args, backend = None, **_kwargs))]
     fn new(
@@ -282,7 +293,17 @@ impl Loop {
     fn _run_forever_native(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let core = Arc::clone(&slf.get().core);
-        core.thread_id.store(thread_ident(), Ordering::Relaxed);
+        // Claimed atomically: two threads racing past the Python-side check must not both
+        // run (the second would wait on the driver forever).
+        if core
+            .thread_id
+            .compare_exchange(0, thread_ident(), Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(PyRuntimeError::new_err(
+                "This event loop is already running",
+            ));
+        }
         let result = core.run_forever(py, slf.as_any());
         core.thread_id.store(0, Ordering::Relaxed);
         result
@@ -301,11 +322,14 @@ impl Loop {
     }
 
     /// Marks the loop closed and releases queues, timers, watchers and the driver.
-    fn _close_native(&self, py: Python<'_>) {
+    fn _close_native(&self, py: Python<'_>) -> PyResult<()> {
+        if self.core.thread_id.load(Ordering::Relaxed) != 0 {
+            return Err(PyRuntimeError::new_err("Cannot close a running event loop"));
+        }
         self.core.closed.store(true, Ordering::Relaxed);
         let dropped = self.core.clear(py);
         drop(dropped);
-        let _ = py;
+        Ok(())
     }
 
     #[getter]
@@ -379,17 +403,16 @@ impl Loop {
         if delay.is_none() {
             return Err(PyTypeError::new_err("delay must not be None"));
         }
-        let delay = seconds(delay, "delay").map_err(|_| {
-            let tname = delay
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default();
-            PyTypeError::new_err(format!(
-                "unsupported operand type(s) for +: 'float' and '{tname}'"
-            ))
-        })?;
-        let when = self.core.time() + delay;
+        // asyncio computes `self.time() + delay`: the same arithmetic, so the same
+        // results and errors (TypeError for a str or Decimal, OverflowError for 10**400).
+        let now = self.core.time();
+        let when = if let Ok(f) = delay.cast::<PyFloat>() {
+            now + f.value()
+        } else if delay.is_exact_instance_of::<PyInt>() {
+            now + delay.extract::<f64>()?
+        } else {
+            PyFloat::new(py, now).add(delay)?.extract::<f64>()?
+        };
         self.schedule_at(py, when, callback, args, context, "call_at")
     }
 

@@ -71,3 +71,20 @@ impl<T> GilCell<T> {
         self.value.into_inner()
     }
 }
+
+impl<T> GilCell<T> {
+    /// A shared look at the value from a `__traverse__` implementation, which CPython only
+    /// calls with the GIL held (the `PyVisit` argument proves we are in one). `None` if an
+    /// access is in progress, in which case the traversal reports fewer references, which
+    /// only makes the collector more conservative.
+    pub fn peek_for_gc(&self, _visit: &pyo3::gc::PyVisit<'_>) -> Option<&T> {
+        if self.busy.get() {
+            return None;
+        }
+        // SAFETY: the GIL is held for the whole traversal (CPython's GC runs under it and
+        // `PyVisit` only exists inside tp_traverse); `busy` is false, so no `&mut` to the
+        // value exists, and none can be created before the traversal returns because
+        // creating one needs this thread to run code outside the traversal.
+        Some(unsafe { &*self.value.get() })
+    }
+}

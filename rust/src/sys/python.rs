@@ -65,18 +65,6 @@ pub fn thread_ident() -> u64 {
     unsafe { ffi::PyThread_get_thread_ident() as u64 }
 }
 
-/// Takes `obj` out of the cyclic garbage collector's lists.
-///
-/// PyO3 makes every `#[pyclass]` GC-tracked, but a class without `__traverse__` shows the
-/// collector none of its references, so tracking it finds no cycle and only makes every
-/// collection walk more objects (and scheduling a callback costs a collection share).
-/// Only call this for such classes.
-pub fn gc_untrack(obj: &Bound<'_, PyAny>) {
-    // SAFETY: the GIL is held and `obj` is alive; PyObject_GC_UnTrack accepts objects that
-    // are already untracked, and PyO3's dealloc untracks again harmlessly.
-    unsafe { ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) }
-}
-
 /// The reference count of `obj` (`sys.getrefcount` minus its own argument reference).
 pub fn refcnt(obj: &Bound<'_, PyAny>) -> isize {
     // SAFETY: the GIL is held and `obj` is a live object borrowed for the call.

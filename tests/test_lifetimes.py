@@ -1,0 +1,70 @@
+"""Lifetimes and interruptions: what the garbage collector can reclaim, and what survives a
+slow-callback warning that raises."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+
+class Owner:
+    """Keeps the handle of its own callback: ``self.h = loop.call_later(t, self.m)``."""
+
+    def __init__(self, loop, delay):
+        if delay is None:
+            self.h = loop.call_soon(self.m)
+        else:
+            self.h = loop.call_later(delay, self.m)
+
+    def m(self):
+        pass
+
+
+@pytest.mark.parametrize("delay", [None, 0.0])
+def test_cycle_through_a_kept_handle_is_collected(loop, delay):
+    owner = Owner(loop, delay)
+    ref = weakref.ref(owner)
+    del owner
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    gc.collect()
+    assert ref() is None
+
+
+def test_unclosed_loop_is_collected_with_a_resource_warning(loop_kind):
+    from conftest import make_loop
+
+    lp = make_loop(loop_kind)
+    lp.call_later(3600, lp.stop)  # a pending timer that refers back to the loop
+    ref = weakref.ref(lp)
+    with pytest.warns(ResourceWarning, match="unclosed event loop"):
+        del lp
+        gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.debug_mode(True)
+def test_raising_slow_callback_warning_keeps_the_rest_of_the_batch(loop, monkeypatch):
+    import logging
+
+    ran = []
+
+    class Stop(KeyboardInterrupt):
+        pass
+
+    def boom_on_warning(self, msg, *args, **kwargs):
+        if "took" in str(msg):
+            raise Stop
+
+    monkeypatch.setattr(logging.Logger, "warning", boom_on_warning)
+    loop.slow_callback_duration = 0.0
+    loop.call_soon(ran.append, "first")
+    loop.call_soon(ran.append, "second")
+    with pytest.raises(Stop):
+        loop.run_forever()
+    loop.slow_callback_duration = 100.0
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert ran == ["first", "second"]
