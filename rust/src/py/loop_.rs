@@ -9,234 +9,24 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
-use super::convert::{fileobj_to_fd, seconds};
+use super::convert::seconds;
+use super::support::{asyncio_types, format_module};
 use crate::core::run::planned_backend;
 use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
 use crate::handles::{lock, Handle, TimerHandle};
 use crate::sys::gil::GilCell;
-use crate::sys::python::{call_kw, context_is_empty, copy_context, thread_ident};
+use crate::sys::python::{call_kw, thread_ident};
 
 /// The native event loop. Python code uses it through `rsloop.Loop`.
 #[pyclass(subclass, frozen, module = "rsloop._rsloop", name = "Loop")]
 pub struct Loop {
-    core: Arc<LoopCore>,
-    task_factory: GilCell<Option<Py<PyAny>>>,
-}
-
-/// `asyncio.Future`, `asyncio.Task` and the keyword-name tuples used to call them.
-struct AsyncioTypes {
-    future: Py<PyAny>,
-    task: Py<PyAny>,
-    kw_loop: Py<PyTuple>,
-    kw_loop_name: Py<PyTuple>,
-    kw_loop_context: Py<PyTuple>,
-    kw_loop_name_context: Py<PyTuple>,
-}
-
-static ASYNCIO: PyOnceLock<AsyncioTypes> = PyOnceLock::new();
-
-fn asyncio_types(py: Python<'_>) -> PyResult<&AsyncioTypes> {
-    ASYNCIO.get_or_try_init(py, || {
-        Ok(AsyncioTypes {
-            future: py.import("asyncio.futures")?.getattr("Future")?.unbind(),
-            task: py.import("asyncio.tasks")?.getattr("Task")?.unbind(),
-            kw_loop: PyTuple::new(py, ["loop"])?.unbind(),
-            kw_loop_name: PyTuple::new(py, ["loop", "name"])?.unbind(),
-            kw_loop_context: PyTuple::new(py, ["loop", "context"])?.unbind(),
-            kw_loop_name_context: PyTuple::new(py, ["loop", "name", "context"])?.unbind(),
-        })
-    })
-}
-
-static FORMAT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-
-/// A new handle's context (`None`: run in a new empty one) and creation stack.
-type HandleParts = (Option<Py<PyAny>>, Option<Py<PyAny>>);
-
-/// `rsloop._format`: the Python helpers used on slow paths (debug checks, formatting).
-fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
-    FORMAT
-        .get_or_try_init(py, || py.import("rsloop._format").map(Bound::unbind))
-        .map(|m| m.bind(py))
-}
-
-impl Loop {
-    fn check_closed(&self) -> PyResult<()> {
-        if self.core.closed.load(Ordering::Relaxed) {
-            return Err(PyRuntimeError::new_err("Event loop is closed"));
-        }
-        Ok(())
-    }
-
-    // BaseEventLoop._check_thread (debug mode only).
-    fn check_thread(&self) -> PyResult<()> {
-        let owner = self.core.thread_id.load(Ordering::Relaxed);
-        if owner != 0 && owner != thread_ident() {
-            return Err(PyRuntimeError::new_err(
-                "Non-thread-safe operation invoked on an event loop other than the current one",
-            ));
-        }
-        Ok(())
-    }
-
-    // A handle's context (a copy of the current one unless given) and, in debug mode, its
-    // creation stack.
-    fn handle_parts(
-        &self,
-        py: Python<'_>,
-        context: Option<Py<PyAny>>,
-        debug: bool,
-    ) -> PyResult<HandleParts> {
-        let context = match context {
-            Some(c) if !c.is_none(py) => Some(c),
-            // An empty snapshot is run in a new empty context (see `handles::HandleState`);
-            // the copy goes straight back to CPython's context freelist.
-            _ => Some(copy_context(py)?).filter(|c| !context_is_empty(c.bind(py))),
-        };
-        let tb = if debug {
-            Some(
-                format_module(py)?
-                    .call_method0(intern!(py, "extract_stack"))?
-                    .unbind(),
-            )
-        } else {
-            None
-        };
-        Ok((context, tb))
-    }
-
-    fn new_handle(
-        &self,
-        py: Python<'_>,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
-        context: Option<Py<PyAny>>,
-        debug: bool,
-    ) -> PyResult<Handle> {
-        let (context, tb) = self.handle_parts(py, context, debug)?;
-        Ok(Handle::new(callback, args, context, tb, debug))
-    }
-
-    // A ready-queue handle: a recycled one from the freelist when there is one.
-    fn make_handle(
-        &self,
-        py: Python<'_>,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
-        context: Option<Py<PyAny>>,
-        debug: bool,
-    ) -> PyResult<Py<Handle>> {
-        let (context, tb) = self.handle_parts(py, context, debug)?;
-        match self.core.queues.with(py, |q| q.free.pop()) {
-            Some(h) => {
-                h.get().refill(py, callback, args, context, tb, debug);
-                Ok(h)
-            }
-            None => Ok(Py::new(
-                py,
-                Handle::new(callback, args, context, tb, debug),
-            )?),
-        }
-    }
-
-    // The debug-mode checks asyncio makes before scheduling.
-    fn debug_checks(&self, py: Python<'_>, callback: &Py<PyAny>, method: &str) -> PyResult<()> {
-        self.check_thread()?;
-        format_module(py)?.call_method1(intern!(py, "check_callback"), (callback, method))?;
-        Ok(())
-    }
-
-    fn schedule_at(
-        &self,
-        py: Python<'_>,
-        when: f64,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
-        context: Option<Py<PyAny>>,
-        method: &str,
-    ) -> PyResult<Py<TimerHandle>> {
-        self.check_closed()?;
-        let debug = self.core.debug();
-        if debug {
-            self.debug_checks(py, &callback, method)?;
-        }
-        let (context, tb) = self.handle_parts(py, context, debug)?;
-        let timer = match self.core.queues.with(py, |q| q.free_timers.pop()) {
-            Some(t) => {
-                let bound = t.bind(py);
-                bound
-                    .as_super()
-                    .get()
-                    .refill(py, callback, args, context, tb, debug);
-                bound.get().rearm(when);
-                t
-            }
-            None => {
-                let base = Handle::new(callback, args, context, tb, debug);
-                let timer = TimerHandle::new(when, Arc::clone(&self.core.cancelled_timers));
-                Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?
-            }
-        };
-        self.core.push_timer(py, when, timer.clone_ref(py));
-        Ok(timer)
-    }
-
-    fn add_watcher(
-        &self,
-        py: Python<'_>,
-        fd: &Bound<'_, PyAny>,
-        side: Side,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
-    ) -> PyResult<()> {
-        let fileobj = fd.clone().unbind();
-        let fd = fileobj_to_fd(fd)?;
-        self.check_closed()?;
-        let debug = self.core.debug();
-        let handle = Py::new(py, self.new_handle(py, callback, args, None, debug)?)?;
-        let already = self
-            .core
-            .queues
-            .with(py, |q| q.watchers.get(py, fd, side).is_some());
-        if !already {
-            crate::sys::fd_check_pollable(fd).map_err(|e| crate::errors::os_error(&e))?;
-        }
-        let replaced = self
-            .core
-            .queues
-            .with(py, |q| q.watchers.add(fd, side, handle, fileobj));
-        if let Some((old, _unused_fileobj)) = replaced {
-            Handle::cancel_inner(old.bind(py))?;
-        }
-        Ok(())
-    }
-
-    fn remove_watcher(&self, py: Python<'_>, fd: &Bound<'_, PyAny>, side: Side) -> PyResult<bool> {
-        if self.core.closed.load(Ordering::Relaxed) {
-            return Ok(false);
-        }
-        let fd = match fileobj_to_fd(fd) {
-            Ok(n) => n,
-            Err(e) => match self.core.queues.with(py, |q| q.watchers.fd_of_object(fd)) {
-                Some(n) => n,
-                None => return Err(e),
-            },
-        };
-        let removed = self.core.queues.with(py, |q| q.watchers.remove(fd, side));
-        match removed {
-            Some((h, _fileobj)) => {
-                Handle::cancel_inner(h.bind(py))?;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
+    pub(super) core: Arc<LoopCore>,
+    pub(super) task_factory: GilCell<Option<Py<PyAny>>>,
 }
 
 #[pymethods]

@@ -2,6 +2,7 @@
 
 pub mod convert;
 pub mod loop_;
+mod support;
 
 use pyo3::prelude::*;
 
