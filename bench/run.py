@@ -41,7 +41,7 @@ ALL_LOOPS = [
     "rsloop-nostats",
 ]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
-OURS = ("rsloop", "rsloop-poll")
+OURS = ("rsloop", "rsloop-poll", "rsloop-nostats")
 NOT_INSTALLED = 3
 CHILD_TIMEOUT = 120.0  # seconds; every child is killed past this
 
