@@ -92,11 +92,16 @@ impl LoopCore {
     ) -> PyResult<()> {
         self.stats.iterations.add(1);
         // The clock is read outside the cell: on some platforms it calls into Python.
-        let (now_due, next_deadline, work) = self.queues.with(py, |q| {
+        let (now_due, next_deadline, work, polls_in_flight) = self.queues.with(py, |q| {
             self.drop_cancelled_timers(py, q, scratch);
             let now_due = !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed);
             let next = q.timers.peek().map(|(when, _)| when);
-            (now_due, next, q.watchers.take_work())
+            (
+                now_due,
+                next,
+                q.watchers.take_work(),
+                q.watchers.in_flight(),
+            )
         });
         // Zero if anything is ready or we are stopping, else until the next timer.
         let mut timeout = if now_due {
@@ -104,7 +109,14 @@ impl LoopCore {
         } else {
             next_deadline.map(|when| wait_for(when - self.time()))
         };
-        let waited = self.poll_driver(py, &mut timeout, work, scratch)?;
+        // Nothing to submit, nothing that could complete and no reason to sleep: the
+        // driver has nothing to say this iteration (a call_soon chain never touches it).
+        let driver_idle = timeout == Some(0.0) && work.is_empty() && polls_in_flight == 0;
+        let waited = if driver_idle {
+            false
+        } else {
+            self.poll_driver(py, &mut timeout, work, scratch)?
+        };
         let first_deadline = self.queues.with(py, |q| {
             self.process_completions(py, q, scratch);
             q.timers.peek().map(|(when, _)| when)

@@ -56,6 +56,13 @@ pub struct DriverWork {
     pub cancel: Vec<Token>,
 }
 
+impl DriverWork {
+    /// Whether there is nothing to submit.
+    pub fn is_empty(&self) -> bool {
+        self.arm.is_empty() && self.cancel.is_empty()
+    }
+}
+
 /// The table of fd watchers.
 #[derive(Default)]
 pub struct Watchers {
@@ -84,6 +91,11 @@ impl Watchers {
             .values()
             .map(|s| s.iter().filter(|w| w.is_some()).count())
             .sum()
+    }
+
+    /// Polls submitted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.by_token.len()
     }
 
     /// Whether nothing is watched.
