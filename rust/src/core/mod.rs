@@ -58,8 +58,12 @@ pub struct Queues {
     pub free_timers: Vec<Py<TimerHandle>>,
 }
 
-/// At most this many handles wait on the freelist (about 100 bytes each).
-pub const FREE_HANDLES_MAX: usize = 8192;
+/// At most this many handles wait on each freelist while the loop is busy (about 100
+/// bytes each: a burst of this many callbacks reuses its handles)...
+pub const FREE_HANDLES_MAX: usize = 16384;
+/// ...and this many once it goes idle (a wait of a second or more): the rest is released,
+/// so an idle loop holds at most ~200 KiB of spare handles.
+pub const FREE_HANDLES_IDLE: usize = 1024;
 
 /// State of one event loop.
 pub struct LoopCore {

@@ -12,12 +12,16 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::watchers::DriverWork;
-use super::{BackendInfo, LoopCore, Queues, FREE_HANDLES_MAX, MAX_WAIT_SECS};
+use super::{BackendInfo, LoopCore, Queues, FREE_HANDLES_IDLE, FREE_HANDLES_MAX, MAX_WAIT_SECS};
 use crate::driver::{self, Completion, Op, Requested};
 use crate::errors::os_error;
 use crate::handles::{lock, Handle, RunOutcome, TimerHandle};
 use crate::sys::python::refcnt;
 use crate::timers::should_compact;
+
+/// A wait at least this long (or without deadline) counts as going idle: the handle
+/// freelists are trimmed to their idle size first.
+const IDLE_SECS: f64 = 1.0;
 
 /// Scratch space reused across iterations of one `run_forever`.
 #[derive(Default)]
@@ -112,6 +116,9 @@ impl LoopCore {
         // Nothing to submit, nothing that could complete and no reason to sleep: the
         // driver has nothing to say this iteration (a call_soon chain never touches it).
         let driver_idle = timeout == Some(0.0) && work.is_empty() && polls_in_flight == 0;
+        if timeout.is_none_or(|t| t >= IDLE_SECS) {
+            self.trim_freelists(py);
+        }
         let waited = if driver_idle {
             false
         } else {
@@ -377,6 +384,21 @@ impl LoopCore {
             })
         };
         drop(overflow);
+    }
+
+    // The loop is about to sleep for a while: keep only a small reserve of spare handles.
+    fn trim_freelists(&self, py: Python<'_>) {
+        let excess = self.queues.with(py, |q| {
+            let mut out: Vec<Py<PyAny>> = Vec::new();
+            if q.free.len() > FREE_HANDLES_IDLE {
+                out.extend(q.free.drain(FREE_HANDLES_IDLE..).map(Py::into_any));
+            }
+            if q.free_timers.len() > FREE_HANDLES_IDLE {
+                out.extend(q.free_timers.drain(FREE_HANDLES_IDLE..).map(Py::into_any));
+            }
+            out
+        });
+        drop(excess);
     }
 
     fn count_inject_batch(&self) {
