@@ -44,11 +44,11 @@ mod tests {
 
     #[test]
     fn signal_and_drain() {
-        let fd = eventfd_new().unwrap();
-        assert_eq!(eventfd_drain(&fd).unwrap(), 0);
-        eventfd_signal(&fd).unwrap();
-        eventfd_signal(&fd).unwrap();
-        assert_eq!(eventfd_drain(&fd).unwrap(), 2);
-        assert_eq!(eventfd_drain(&fd).unwrap(), 0);
+        let fd = eventfd_new().expect("eventfd");
+        assert_eq!(eventfd_drain(&fd).expect("drain"), 0);
+        eventfd_signal(&fd).expect("signal");
+        eventfd_signal(&fd).expect("signal");
+        assert_eq!(eventfd_drain(&fd).expect("drain"), 2);
+        assert_eq!(eventfd_drain(&fd).expect("drain"), 0);
     }
 }

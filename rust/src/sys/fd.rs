@@ -51,15 +51,15 @@ mod tests {
 
     #[test]
     fn pollable_checks() {
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
         assert!(fd_check_pollable(a.as_raw_fd()).is_ok());
         let file = std::fs::File::open("/proc/self/status")
             .or_else(|_| std::fs::File::open(file!()))
-            .unwrap();
+            .expect("a regular file to open");
         // /proc files are regular files too.
         let err = fd_check_pollable(file.as_raw_fd()).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EPERM));
-        let dir = std::fs::File::open(".").unwrap();
+        let dir = std::fs::File::open(".").expect("cwd");
         let err = fd_check_pollable(dir.as_raw_fd()).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EPERM));
         let raw = a.as_raw_fd();

@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn insert_complete_reuse() {
         let mut t = Inflight::default();
-        let a = t.insert(10, 3, Interest::READABLE).unwrap();
+        let a = t.insert(10, 3, Interest::READABLE).expect("slot");
         assert!(
             t.insert(10, 3, Interest::READABLE).is_none(),
             "duplicate token"
@@ -137,7 +137,7 @@ mod tests {
         assert_eq!(t.cancel_target(10), None, "cancel sent once");
         assert_eq!(t.complete(a).map(|e| e.token), Some(10));
         assert_eq!(t.complete(a), None);
-        let b = t.insert(11, 3, Interest::WRITABLE).unwrap();
+        let b = t.insert(11, 3, Interest::WRITABLE).expect("slot");
         assert_ne!(a, b, "reused slot has a new generation");
         assert_eq!(a & 0xffff_ffff, b & 0xffff_ffff);
         assert_eq!(t.complete(a), None, "stale user_data");

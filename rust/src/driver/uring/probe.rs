@@ -115,7 +115,7 @@ mod tests {
                 Ok(n)
             }
         });
-        assert_eq!(got.unwrap(), 16);
+        assert_eq!(got.expect("ring after retries"), 16);
         assert_eq!(tried, vec![256, 64, 16]);
 
         let mut tried = Vec::new();
