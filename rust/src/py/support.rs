@@ -99,19 +99,8 @@ impl Loop {
         Ok((context, tb))
     }
 
-    pub(super) fn new_handle(
-        &self,
-        py: Python<'_>,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
-        context: Option<Py<PyAny>>,
-        debug: bool,
-    ) -> PyResult<Handle> {
-        let (context, tb) = self.handle_parts(py, context, debug)?;
-        Ok(Handle::new(callback, args, context, tb, debug))
-    }
-
-    // A ready-queue handle: a recycled one from the freelist when there is one.
+    // A new handle (for the ready queue or an fd watcher): a recycled one from the
+    // freelist when there is one.
     pub(super) fn make_handle(
         &self,
         py: Python<'_>,
@@ -192,7 +181,7 @@ impl Loop {
         let fd = fileobj_to_fd(fd)?;
         self.check_closed()?;
         let debug = self.core.debug();
-        let handle = Py::new(py, self.new_handle(py, callback, args, None, debug)?)?;
+        let handle = self.make_handle(py, callback, args, None, debug)?;
         let already = self
             .core
             .queues
