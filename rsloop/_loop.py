@@ -18,7 +18,9 @@ import warnings
 from asyncio import base_events, constants, coroutines, events, futures, tasks
 
 from . import _compat, _format
+from ._net import NetMixin
 from ._rsloop import Loop as _NativeLoop
+from ._sock import SockMixin
 
 __all__ = ["Loop"]
 
@@ -43,7 +45,7 @@ def _not_implemented(name: str):
     return method
 
 
-class Loop(_NativeLoop, asyncio.AbstractEventLoop):  # type: ignore[misc]
+class Loop(SockMixin, NetMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """An asyncio event loop on rsloop's native core (io_uring or mio)."""
 
     def __init__(self, backend: str | None = None) -> None:
@@ -429,5 +431,6 @@ _PENDING = (
     "remove_signal_handler"
 ).split()
 for _name in _PENDING:
-    setattr(Loop, _name, _not_implemented(_name))
+    if getattr(Loop, _name) is getattr(asyncio.AbstractEventLoop, _name):
+        setattr(Loop, _name, _not_implemented(_name))
 del _name
