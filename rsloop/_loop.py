@@ -57,6 +57,7 @@ class Loop(SockMixin, NetMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type
         self._coroutine_origin_tracking_enabled = False
         self._coroutine_origin_tracking_saved_depth = None
         self._current_handle = None
+        self._init_net()
         self._set_debug_native(coroutines._is_debug_mode())  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
