@@ -64,7 +64,7 @@ class NetMixin:
 
     def _make_socket_transport(self, sock, protocol, waiter=None, *, extra=None, server=None):
         self._ensure_fd_no_transport(sock)
-        return _transports.SocketTransport(self, sock, protocol, waiter, extra, server)
+        return _transports.make_socket_transport(self, sock, protocol, waiter, extra, server)
 
     def _make_ssl_transport(
         self,
@@ -89,7 +89,7 @@ class NetMixin:
         ssl_protocol = sslproto.SSLProtocol(
             self, protocol, sslcontext, waiter, server_side, server_hostname, **kwargs
         )
-        _transports.SocketTransport(self, rawsock, ssl_protocol, extra=extra, server=server)
+        _transports.make_socket_transport(self, rawsock, ssl_protocol, extra=extra, server=server)
         return ssl_protocol._app_transport
 
     def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):

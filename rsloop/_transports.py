@@ -1,17 +1,71 @@
-"""Socket transports on rsloop's fd watchers.
+"""Socket transports.
 
-For now these are stdlib asyncio's selector transports, driven through the loop's
-``_add_reader`` / ``_add_writer`` hooks (native fd watchers), so every byte, callback and
-error follows asyncio exactly; only ``repr`` differs (asyncio's asks the selector, which
-rsloop does not have).
+``SocketTransport`` (TCP and Unix streams) is the per-connection half of a transport:
+extra info, ``repr``, reporting errors, ``connection_lost`` and closing the socket. The
+per-packet half (reading into the protocol, the write queue, flow control, the close
+state machine) is native: ``rsloop._rsloop.StreamCore``. The hot methods (``write``,
+``pause_reading``...) are the core's own, bound on each transport, so a call costs no
+Python frame; the class keeps forwarding methods of the same names for code that calls
+them through the class. Behaviour is asyncio's ``_SelectorSocketTransport``'s.
+
+``DatagramTransport`` is still asyncio's selector datagram transport over rsloop's fd
+watchers (only ``repr`` differs: asyncio's asks the selector, which rsloop does not have).
 """
 
 from __future__ import annotations
 
-from asyncio import selector_events
+import socket
+import sys
+import warnings
+from asyncio import base_events, constants, futures, selector_events, transports, trsock
+from asyncio.log import logger
+
+try:
+    from ._rsloop import StreamCore
+except ImportError:  # pragma: no cover - no native stream core on this platform
+    StreamCore = None  # type: ignore[assignment,misc]
+
+__all__ = ["DatagramTransport", "SocketTransport", "make_socket_transport"]
+
+# Server._attach/_detach take the transport from 3.13 on.
+_SERVER_TAKES_TRANSPORT = sys.version_info >= (3, 13)
+
+# The methods whose per-call cost matters, bound straight to the native core.
+_HOT = (
+    "write",
+    "writelines",
+    "write_eof",
+    "can_write_eof",
+    "close",
+    "abort",
+    "is_closing",
+    "is_reading",
+    "pause_reading",
+    "resume_reading",
+    "get_protocol",
+    "set_protocol",
+    "get_write_buffer_size",
+    "get_write_buffer_limits",
+    "set_write_buffer_limits",
+)
 
 
-def _describe(transport, info: list[str]) -> str:
+def _server_attach(server, transport) -> None:
+    if _SERVER_TAKES_TRANSPORT:
+        server._attach(transport)
+    else:
+        server._attach()
+
+
+def _server_detach(server, transport) -> None:
+    if _SERVER_TAKES_TRANSPORT:
+        server._detach(transport)
+    else:
+        server._detach()
+
+
+def _describe(transport) -> str:
+    info = [type(transport).__name__]
     if transport._sock is None:
         info.append("closed")
     elif transport._closing:
@@ -21,20 +75,173 @@ def _describe(transport, info: list[str]) -> str:
     if loop is not None and not loop.is_closed():
         info.append("read=polling" if transport.is_reading() else "read=idle")
         bufsize = transport.get_write_buffer_size()
-        state = "polling" if bufsize else "idle"
-        info.append(f"write=<{state}, bufsize={bufsize}>")
+        info.append(f"write=<{'polling' if bufsize else 'idle'}, bufsize={bufsize}>")
     return "<{}>".format(" ".join(info))
 
 
-class SocketTransport(selector_events._SelectorSocketTransport):
-    """A TCP or Unix stream transport."""
+def _forward(name: str):
+    def method(self, *args, **kwargs):
+        return getattr(self._core, name)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__qualname__ = f"SocketTransport.{name}"
+    return method
+
+
+class SocketTransport(transports.Transport):
+    """A TCP or Unix stream transport on rsloop's native stream core."""
+
+    _start_tls_compatible = True
+    _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
+
+    # Read by __del__, which runs even when __init__ failed half-way.
+    _sock: socket.socket | None = None
+    _server = None
+
+    def __init__(self, loop, sock, protocol, waiter=None, extra=None, server=None):
+        super().__init__(extra)
+        self._extra["socket"] = trsock.TransportSocket(sock)
+        try:
+            self._extra["sockname"] = sock.getsockname()
+        except OSError:
+            self._extra["sockname"] = None
+        if "peername" not in self._extra:
+            try:
+                self._extra["peername"] = sock.getpeername()
+            except OSError:
+                self._extra["peername"] = None
+        self._sock = sock
+        self._sock_fd = fd = sock.fileno()
+        self._loop = loop
+        self._core = core = StreamCore(loop, self, fd, protocol)
+        d = self.__dict__
+        for name in _HOT:
+            d[name] = getattr(core, name)
+        self._server = server
+        if server is not None:
+            _server_attach(server, self)
+        loop._transports[fd] = self
+        base_events._set_nodelay(sock)
+        loop.call_soon(protocol.connection_made, self)
+        # Reading starts once connection_made() has run.
+        loop.call_soon(core._start_reading)
+        if waiter is not None:
+            loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
+
+    # asyncio's private attributes that stdlib code and tests read.
+    @property
+    def _protocol(self):
+        return self._core.get_protocol()
+
+    @property
+    def _closing(self) -> bool:
+        return self._core.is_closing()
+
+    @property
+    def _conn_lost(self) -> int:
+        return self._core._conn_lost
+
+    @property
+    def _eof(self) -> bool:
+        return self._core._eof
+
+    @property
+    def _paused(self) -> bool:
+        return self._core._paused
+
+    @property
+    def _protocol_paused(self) -> bool:
+        return self._core._protocol_paused
+
+    @property
+    def _empty_waiter(self):
+        return self._core._empty_waiter
+
+    def _make_empty_waiter(self):
+        return self._core._make_empty_waiter()
+
+    def _reset_empty_waiter(self) -> None:
+        self._core._reset_empty_waiter()
 
     def __repr__(self) -> str:
-        return _describe(self, [type(self).__name__])
+        return _describe(self)
+
+    def __del__(self, _warn=warnings.warn) -> None:
+        if self._sock is not None:
+            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+            self._sock.close()
+            self._sock = None
+            if self._server is not None:
+                _server_detach(self._server, self)
+                self._server = None
+
+    # ----- called by the core on rare paths -----
+
+    def _fatal_error(self, exc, message="Fatal error on transport") -> None:
+        if isinstance(exc, OSError):
+            if self._loop is not None and self._loop.get_debug():
+                logger.debug("%r: %s", self, message, exc_info=True)
+        elif self._loop is not None:
+            self._loop.call_exception_handler(
+                {
+                    "message": message,
+                    "exception": exc,
+                    "transport": self,
+                    "protocol": self._core.get_protocol(),
+                }
+            )
+        self._core._force_close(exc)
+
+    def _force_close(self, exc) -> None:
+        self._core._force_close(exc)
+
+    def _report(self, message, exc) -> None:
+        self._loop.call_exception_handler(
+            {
+                "message": message,
+                "exception": exc,
+                "transport": self,
+                "protocol": self._core.get_protocol(),
+            }
+        )
+
+    def _log_lost_write(self) -> None:
+        logger.warning("socket.send() raised exception.")
+
+    def _call_connection_lost(self, exc) -> None:
+        core = self._core
+        protocol = core.get_protocol()
+        try:
+            if protocol is not None:
+                protocol.connection_lost(exc)
+        finally:
+            waiter = core._detach()
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+            self._loop = None
+            server = self._server
+            if server is not None:
+                _server_detach(server, self)
+                self._server = None
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(ConnectionError("Connection is closed by peer"))
+
+
+for _name in _HOT:
+    setattr(SocketTransport, _name, _forward(_name))
+del _name
+
+
+def make_socket_transport(loop, sock, protocol, waiter=None, extra=None, server=None):
+    """A stream transport: the native one where this platform has it."""
+    if StreamCore is None:  # pragma: no cover
+        return selector_events._SelectorSocketTransport(loop, sock, protocol, waiter, extra, server)
+    return SocketTransport(loop, sock, protocol, waiter, extra, server)
 
 
 class DatagramTransport(selector_events._SelectorDatagramTransport):
     """A UDP or Unix datagram transport."""
 
     def __repr__(self) -> str:
-        return _describe(self, [type(self).__name__])
+        return _describe(self)

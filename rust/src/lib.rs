@@ -8,6 +8,7 @@ pub mod handles;
 pub mod py;
 pub mod sys;
 pub mod timers;
+pub mod transports;
 
 use pyo3::prelude::*;
 

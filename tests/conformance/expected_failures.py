@@ -70,19 +70,8 @@ PENDING: dict[str, list[str]] = {
     "tls": [
         f"{_EV}.test_*ssl*",
     ],
-    "tcp": [
-        f"{_EV}.test_create_connection*",
-        f"{_EV}.test_create_server*",
-        f"{_EV}.test_create_unix_connection",
-        f"{_EV}.test_create_unix_server*",
-        f"{_EV}.test_connect_accepted_socket",
-        f"{_EV}.test_server_close",
-        "test_events.TestServer.test_get_loop",
-    ],
-    "udp": [
-        f"{_EV}.test_create_datagram_endpoint*",
-        f"{_EV}.test_datagram_*",
-    ],
+    "tcp": [],
+    "udp": [],
     "sockets": [
         f"{_EV}.test_prompt_cancellation",  # sock_recv
     ],

@@ -243,6 +243,23 @@ def _adapt_module(name: str, mod) -> None:
                 mod.SubprocessTestsMixin,
                 test_utils.TestCase,
             )
+        # GetEventLoopTestsMixin.setUp swaps asyncio's C running-loop functions for the
+        # Python ones, then (3.10/3.11, Unix) attaches a child watcher, which needs
+        # add_signal_handler. While that is pending, setUp raises and unittest skips
+        # tearDown, leaving the Python and C halves mixed for every later test; undo the
+        # swap when setUp fails.
+        mixin = getattr(mod, "GetEventLoopTestsMixin", None)
+        if mixin is not None:
+            orig_setup = mixin.setUp
+
+            def setUp(self, _orig=orig_setup):
+                try:
+                    _orig(self)
+                except BaseException:
+                    self.tearDown()
+                    raise
+
+            mixin.setUp = setUp
         for cls_name, bases in classes.items():
             cls = type(cls_name, bases, {"create_event_loop": create_event_loop})
             cls.__module__ = mod.__name__

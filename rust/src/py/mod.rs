@@ -11,5 +11,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loop_::Loop>()?;
     m.add_class::<crate::handles::Handle>()?;
     m.add_class::<crate::handles::TimerHandle>()?;
+    #[cfg(unix)]
+    m.add_class::<crate::transports::stream::StreamCore>()?;
     Ok(())
 }

@@ -134,6 +134,21 @@ impl Loop {
         Ok(())
     }
 
+    /// `call_soon(callback, *args)` for native callers (transports): no debug checks on the
+    /// callback, which is the transport's own.
+    pub(crate) fn call_soon_native(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+    ) -> PyResult<()> {
+        self.check_closed()?;
+        let debug = self.core.debug();
+        let handle = self.make_handle(py, callback, args, None, debug)?;
+        self.core.push_ready(py, handle);
+        Ok(())
+    }
+
     pub(super) fn schedule_at(
         &self,
         py: Python<'_>,
@@ -169,7 +184,7 @@ impl Loop {
         Ok(timer)
     }
 
-    pub(super) fn add_watcher(
+    pub(crate) fn add_watcher(
         &self,
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,
@@ -199,7 +214,7 @@ impl Loop {
         Ok(())
     }
 
-    pub(super) fn remove_watcher(
+    pub(crate) fn remove_watcher(
         &self,
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,

@@ -2,10 +2,14 @@
 //! lives here, each with a `// SAFETY:` line.
 //! Owns: raw syscalls and errno text. Not: deciding what to do with a result (callers).
 
+#[cfg(unix)]
+pub mod buffer;
 #[cfg(target_os = "linux")]
 pub mod eventfd;
 #[cfg(unix)]
 pub mod fd;
+#[cfg(unix)]
+pub mod sock;
 
 pub use errno::{errno_name, error_code, os_error, strerror, OsError};
 #[cfg(unix)]

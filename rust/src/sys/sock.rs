@@ -1,0 +1,76 @@
+//! Stream-socket calls for the transports: receive, vectored send, half-close.
+//! Owns: the `recv`/`sendmsg`/`shutdown` calls on fds the caller names. Not: owning those
+//! fds (the Python socket object does), deciding what a result means.
+
+use std::io::{self, IoSlice};
+use std::os::fd::RawFd;
+
+use super::syscall;
+
+/// Most slices passed to one `sendmsg` (Linux's `UIO_MAXIOV`; POSIX guarantees 16, every
+/// platform we build for takes 1024).
+pub const MAX_IOV: usize = 1024;
+
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+const SEND_FLAGS: libc::c_int = 0;
+
+/// `recv(fd, buf)`: the number of bytes read, 0 at end of stream.
+pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a valid writable region of `buf.len()` bytes for the whole call.
+    let n = syscall!(recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0))?;
+    Ok(n as usize)
+}
+
+/// `recv` into raw memory the caller vouches for (a Python buffer held for the call).
+///
+/// # Safety
+/// `ptr` must be valid for writes of `len` bytes until this returns.
+pub unsafe fn recv_raw(fd: RawFd, ptr: *mut u8, len: usize) -> io::Result<usize> {
+    // SAFETY: the caller guarantees `ptr..ptr+len` is writable for the call.
+    let n = syscall!(recv(fd, ptr.cast(), len, 0))?;
+    Ok(n as usize)
+}
+
+/// One `sendmsg` of up to [`MAX_IOV`] slices: the number of bytes the kernel took.
+/// Never raises `SIGPIPE` where the platform has `MSG_NOSIGNAL` (Python ignores it anyway).
+pub fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    let count = bufs.len().min(MAX_IOV);
+    // SAFETY: zeroed `msghdr` is a valid empty header (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSlice` is ABI-compatible with `struct iovec` on Unix (documented by std).
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = count as _;
+    // SAFETY: `msg` points at `count` valid iovecs borrowed from `bufs` for the call; the
+    // kernel only reads them.
+    let n = syscall!(sendmsg(fd, &msg, SEND_FLAGS))?;
+    Ok(n as usize)
+}
+
+/// `shutdown(fd, SHUT_WR)`: half-close, the peer reads end of stream.
+pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
+    // SAFETY: no pointer arguments.
+    syscall!(shutdown(fd, libc::SHUT_WR))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn vectored_send_then_recv_keeps_order() {
+        let (a, b) = UnixStream::pair().expect("socketpair");
+        let n = send_vectored(a.as_raw_fd(), &[IoSlice::new(b"ab"), IoSlice::new(b"cde")])
+            .expect("send");
+        assert_eq!(n, 5);
+        let mut buf = [0u8; 16];
+        let got = recv(b.as_raw_fd(), &mut buf).expect("recv");
+        assert_eq!(&buf[..got], b"abcde");
+        shutdown_write(a.as_raw_fd()).expect("shutdown");
+        assert_eq!(recv(b.as_raw_fd(), &mut buf).expect("eof"), 0);
+    }
+}

@@ -1,0 +1,6 @@
+//! Transports: the per-packet halves of asyncio transports, in Rust.
+//! Owns: read/write paths, write queues, flow control. Not: choosing a backend, the
+//! per-connection glue (`rsloop/_transports.py`, `rsloop/_net.py`).
+
+#[cfg(unix)]
+pub mod stream;

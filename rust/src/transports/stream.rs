@@ -1,0 +1,850 @@
+//! `StreamCore`: the per-packet half of a TCP or Unix stream transport.
+//! Owns: reading into the protocol (`data_received` / `get_buffer`+`buffer_updated`),
+//! the write queue and its vectored flushes, flow control at the water marks, the
+//! closing/eof/lost state machine. Not: the transport object Python sees
+//! (`rsloop._transports.SocketTransport`, which forwards its hot methods here and keeps the
+//! cold ones: extra info, repr, `connection_lost` and socket close, error reporting).
+//!
+//! Behaviour is asyncio's `_SelectorSocketTransport` step for step: one receive per
+//! readiness, a write that can leave at once leaves at once, the rest queues and leaves in
+//! one `sendmsg` per writability.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PySystemExit, PyTypeError};
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyTuple};
+use pyo3::PyTraverseError;
+
+use crate::core::watchers::Side;
+use crate::errors::os_error;
+use crate::py::loop_::Loop;
+use crate::sys::buffer::{buffer_to_vec, recv_into_buffer};
+use crate::sys::gil::GilCell;
+use crate::sys::sock::{self, MAX_IOV};
+
+/// asyncio's `max_size`: the most one receive asks for.
+const MAX_READ: usize = 256 * 1024;
+/// asyncio's `LOG_THRESHOLD_FOR_CONNLOST_WRITES`.
+const LOST_WRITES_LOG_THRESHOLD: u32 = 5;
+/// asyncio's default high-water mark (64 KiB); the low one is a quarter of it.
+const DEFAULT_HIGH: usize = 64 * 1024;
+
+thread_local! {
+    /// One receive buffer per loop thread, shared by its transports: a connection costs no
+    /// read buffer while idle, and a read copies only what arrived into its `bytes`.
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; MAX_READ].into_boxed_slice());
+}
+
+static BUFFERED_PROTOCOL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn buffered_protocol_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    BUFFERED_PROTOCOL
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(
+                py.import("asyncio.protocols")?
+                    .getattr("BufferedProtocol")?
+                    .unbind(),
+            )
+        })
+        .map(|t| t.bind(py))
+}
+
+/// Queued bytes: a `bytes` object kept as is, or a copy of anything mutable.
+enum Chunk {
+    Shared(Py<PyBytes>),
+    Owned(Vec<u8>),
+}
+
+struct Pending {
+    chunk: Chunk,
+    /// Bytes of the chunk already sent.
+    start: usize,
+}
+
+impl Pending {
+    fn rest<'a>(&'a self, py: Python<'_>) -> &'a [u8] {
+        let all = match &self.chunk {
+            Chunk::Shared(b) => b.as_bytes(py),
+            Chunk::Owned(v) => v.as_slice(),
+        };
+        &all[self.start..]
+    }
+}
+
+struct State {
+    protocol: Option<Py<PyAny>>,
+    /// The protocol is an `asyncio.BufferedProtocol`.
+    buffered: bool,
+    /// The Python transport object (cleared after `connection_lost`).
+    shell: Option<Py<PyAny>>,
+    closing: bool,
+    eof: bool,
+    paused: bool,
+    /// Set once `connection_lost` is scheduled; counts writes made after that.
+    conn_lost: u32,
+    queue: VecDeque<Pending>,
+    queued: usize,
+    high: usize,
+    low: usize,
+    protocol_paused: bool,
+    /// `loop.sendfile` in progress: the future that resolves when the queue is empty.
+    empty_waiter: Option<Py<PyAny>>,
+}
+
+/// What a write found: go on, or report a Python-side action.
+enum WriteStep {
+    Done,
+    Queued,
+    Failed(io::Error),
+}
+
+/// The per-packet core of a stream transport.
+#[pyclass(frozen, module = "rsloop._rsloop", name = "StreamCore")]
+pub struct StreamCore {
+    fd: i32,
+    loop_: Py<Loop>,
+    state: GilCell<State>,
+}
+
+fn is_exit(err: &PyErr, py: Python<'_>) -> bool {
+    err.is_instance_of::<PySystemExit>(py) || err.is_instance_of::<PyKeyboardInterrupt>(py)
+}
+
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+impl StreamCore {
+    fn shell(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.state
+            .with(py, |s| s.shell.as_ref().map(|x| x.clone_ref(py)))
+    }
+
+    fn protocol(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.state
+            .with(py, |s| s.protocol.as_ref().map(|x| x.clone_ref(py)))
+    }
+
+    fn watch(&self, slf: &Bound<'_, Self>, side: Side) -> PyResult<()> {
+        let py = slf.py();
+        let name = match side {
+            Side::Read => intern!(py, "_read_ready"),
+            Side::Write => intern!(py, "_write_ready"),
+        };
+        let cb = slf.getattr(name)?.unbind();
+        let fd = PyInt::new(py, self.fd);
+        self.loop_
+            .get()
+            .add_watcher(py, fd.as_any(), side, cb, PyTuple::empty(py).unbind())
+    }
+
+    fn unwatch(&self, py: Python<'_>, side: Side) -> PyResult<()> {
+        let fd = PyInt::new(py, self.fd);
+        self.loop_.get().remove_watcher(py, fd.as_any(), side)?;
+        Ok(())
+    }
+
+    /// `transport._fatal_error(exc, message)` on the Python side: reports (or logs an
+    /// `OSError` in debug mode) and force-closes.
+    fn fatal(&self, py: Python<'_>, err: PyErr, message: &str) -> PyResult<()> {
+        match self.shell(py) {
+            Some(shell) => {
+                shell.call_method1(
+                    py,
+                    intern!(py, "_fatal_error"),
+                    (err.into_value(py), message),
+                )?;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn call_soon(&self, py: Python<'_>, callback: Py<PyAny>, args: Py<PyTuple>) -> PyResult<()> {
+        self.loop_.get().call_soon_native(py, callback, args)
+    }
+
+    fn maybe_pause_protocol(&self, py: Python<'_>) -> PyResult<()> {
+        let protocol = self.state.with(py, |s| {
+            if s.queued <= s.high || s.protocol_paused {
+                return None;
+            }
+            s.protocol_paused = true;
+            s.protocol.as_ref().map(|p| p.clone_ref(py))
+        });
+        if let Some(p) = protocol {
+            self.protocol_hook(
+                py,
+                &p,
+                intern!(py, "pause_writing"),
+                "protocol.pause_writing() failed",
+            )?;
+        }
+        Ok(())
+    }
+
+    fn maybe_resume_protocol(&self, py: Python<'_>) -> PyResult<()> {
+        let protocol = self.state.with(py, |s| {
+            if !(s.protocol_paused && s.queued <= s.low) {
+                return None;
+            }
+            s.protocol_paused = false;
+            s.protocol.as_ref().map(|p| p.clone_ref(py))
+        });
+        if let Some(p) = protocol {
+            self.protocol_hook(
+                py,
+                &p,
+                intern!(py, "resume_writing"),
+                "protocol.resume_writing() failed",
+            )?;
+        }
+        Ok(())
+    }
+
+    // pause_writing / resume_writing: an exception goes to the loop's handler.
+    fn protocol_hook(
+        &self,
+        py: Python<'_>,
+        protocol: &Py<PyAny>,
+        method: &Bound<'_, pyo3::types::PyString>,
+        message: &str,
+    ) -> PyResult<()> {
+        match protocol.call_method0(py, method) {
+            Ok(_) => Ok(()),
+            Err(e) if is_exit(&e, py) => Err(e),
+            Err(e) => {
+                if let Some(shell) = self.shell(py) {
+                    shell.call_method1(py, intern!(py, "_report"), (message, e.into_value(py)))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends what the queue holds, in one `sendmsg`. Returns the error if the send failed
+    /// for good; drops sent `bytes` objects outside the cell.
+    fn flush(&self, py: Python<'_>) -> (io::Result<usize>, Vec<Pending>) {
+        self.state.with(py, |s| {
+            let slices: Vec<IoSlice<'_>> = s
+                .queue
+                .iter()
+                .take(MAX_IOV)
+                .map(|p| IoSlice::new(p.rest(py)))
+                .collect();
+            let res = sock::send_vectored(self.fd, &slices);
+            drop(slices);
+            let mut done = Vec::new();
+            if let Ok(mut n) = res {
+                s.queued -= n;
+                while n > 0 {
+                    let Some(front) = s.queue.front_mut() else {
+                        break;
+                    };
+                    let left = front.rest(py).len();
+                    if n >= left {
+                        n -= left;
+                        if let Some(p) = s.queue.pop_front() {
+                            done.push(p);
+                        }
+                    } else {
+                        front.start += n;
+                        n = 0;
+                    }
+                }
+            }
+            (res, done)
+        })
+    }
+
+    fn queue(&self, py: Python<'_>, chunk: Chunk, start: usize) {
+        self.state.with(py, |s| {
+            let p = Pending { chunk, start };
+            s.queued += p.rest(py).len();
+            s.queue.push_back(p);
+        });
+    }
+}
+
+#[pymethods]
+impl StreamCore {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        loop_: Py<Loop>,
+        shell: Py<PyAny>,
+        fd: i32,
+        protocol: Py<PyAny>,
+    ) -> PyResult<Self> {
+        let buffered = protocol.bind(py).is_instance(buffered_protocol_type(py)?)?;
+        Ok(StreamCore {
+            fd,
+            loop_,
+            state: GilCell::new(State {
+                protocol: Some(protocol),
+                buffered,
+                shell: Some(shell),
+                closing: false,
+                eof: false,
+                paused: false,
+                conn_lost: 0,
+                queue: VecDeque::new(),
+                queued: 0,
+                high: DEFAULT_HIGH,
+                low: DEFAULT_HIGH / 4,
+                protocol_paused: false,
+                empty_waiter: None,
+            }),
+        })
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.loop_)?;
+        if let Some(s) = self.state.peek_for_gc(&visit) {
+            for o in [&s.protocol, &s.shell, &s.empty_waiter]
+                .into_iter()
+                .flatten()
+            {
+                visit.call(o)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let taken = Python::attach(|py| {
+            self.state.with(py, |s| {
+                (
+                    s.protocol.take(),
+                    s.shell.take(),
+                    s.empty_waiter.take(),
+                    std::mem::take(&mut s.queue),
+                )
+            })
+        });
+        drop(taken);
+    }
+
+    // ----- reading -----
+
+    /// Starts watching for data (scheduled right after `connection_made`).
+    fn _start_reading(slf: &Bound<'_, Self>) -> PyResult<()> {
+        if slf.get().is_reading(slf.py()) {
+            slf.get().watch(slf, Side::Read)?;
+        }
+        Ok(())
+    }
+
+    /// The fd is readable: one receive, handed to the protocol.
+    fn _read_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (lost, buffered, protocol) = this.state.with(py, |s| {
+            (
+                s.conn_lost,
+                s.buffered,
+                s.protocol.as_ref().map(|p| p.clone_ref(py)),
+            )
+        });
+        let Some(protocol) = protocol else {
+            return Ok(());
+        };
+        if lost > 0 {
+            return Ok(());
+        }
+        if buffered {
+            return this.read_buffered(slf, protocol);
+        }
+        let got = SCRATCH.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            sock::recv(this.fd, &mut buf).map(|n| PyBytes::new(py, &buf[..n]))
+        });
+        let data = match got {
+            Ok(d) => d,
+            Err(e) if would_block(&e) => return Ok(()),
+            Err(e) => return this.fatal(py, os_error(&e), "Fatal read error on socket transport"),
+        };
+        if data.as_bytes().is_empty() {
+            return this.on_eof(slf, protocol);
+        }
+        match protocol.call_method1(py, intern!(py, "data_received"), (data,)) {
+            Ok(_) => Ok(()),
+            Err(e) if is_exit(&e, py) => Err(e),
+            Err(e) => this.fatal(py, e, "Fatal error: protocol.data_received() call failed."),
+        }
+    }
+
+    // ----- writing -----
+
+    fn write(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let bytes = data.cast::<PyBytes>().ok();
+        if bytes.is_none()
+            && !data.is_instance_of::<PyByteArray>()
+            && !data.is_instance_of::<PyMemoryView>()
+        {
+            return Err(PyTypeError::new_err(format!(
+                "data argument must be a bytes-like object, not '{}'",
+                data.get_type().name()?
+            )));
+        }
+        let (eof, sendfile, lost, idle) = this.state.with(py, |s| {
+            (
+                s.eof,
+                s.empty_waiter.is_some(),
+                s.conn_lost,
+                s.queue.is_empty(),
+            )
+        });
+        if eof {
+            return Err(PyRuntimeError::new_err(
+                "Cannot call write() after write_eof()",
+            ));
+        }
+        if sendfile {
+            return Err(PyRuntimeError::new_err(
+                "unable to write; sendfile is in progress",
+            ));
+        }
+        let owned;
+        let view: &[u8] = match bytes {
+            Some(b) => b.as_bytes(),
+            None => {
+                owned = buffer_to_vec(data)?;
+                &owned
+            }
+        };
+        if view.is_empty() {
+            return Ok(());
+        }
+        if lost > 0 {
+            if lost >= LOST_WRITES_LOG_THRESHOLD {
+                if let Some(shell) = this.shell(py) {
+                    shell.call_method0(py, intern!(py, "_log_lost_write"))?;
+                }
+            }
+            this.state.with(py, |s| s.conn_lost += 1);
+            return Ok(());
+        }
+        let step = if idle {
+            match sock::send_vectored(this.fd, &[IoSlice::new(view)]) {
+                Ok(n) if n == view.len() => WriteStep::Done,
+                Ok(n) => {
+                    this.queue_rest(py, bytes, view, n);
+                    WriteStep::Queued
+                }
+                Err(e) if would_block(&e) => {
+                    this.queue_rest(py, bytes, view, 0);
+                    WriteStep::Queued
+                }
+                Err(e) => WriteStep::Failed(e),
+            }
+        } else {
+            this.queue_rest(py, bytes, view, 0);
+            WriteStep::Done
+        };
+        match step {
+            WriteStep::Done if idle => return Ok(()),
+            WriteStep::Done => {}
+            WriteStep::Queued => this.watch(slf, Side::Write)?,
+            WriteStep::Failed(e) => {
+                return this.fatal(py, os_error(&e), "Fatal write error on socket transport")
+            }
+        }
+        this.maybe_pause_protocol(py)
+    }
+
+    fn writelines(slf: &Bound<'_, Self>, list_of_data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (eof, sendfile) = this.state.with(py, |s| (s.eof, s.empty_waiter.is_some()));
+        if eof {
+            return Err(PyRuntimeError::new_err(
+                "Cannot call writelines() after write_eof()",
+            ));
+        }
+        if sendfile {
+            return Err(PyRuntimeError::new_err(
+                "unable to writelines; sendfile is in progress",
+            ));
+        }
+        // Queue everything, then one vectored flush: as asyncio 3.12+ does with sendmsg.
+        for item in list_of_data.try_iter()? {
+            Self::write(slf, &item?)?;
+        }
+        Ok(())
+    }
+
+    /// The fd is writable: one vectored send of the queue.
+    fn _write_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (lost, empty) = this.state.with(py, |s| (s.conn_lost, s.queue.is_empty()));
+        if lost > 0 || empty {
+            return Ok(());
+        }
+        let (res, sent) = this.flush(py);
+        drop(sent);
+        match res {
+            Err(e) if would_block(&e) => return Ok(()),
+            Err(e) => {
+                this.unwatch(py, Side::Write)?;
+                let (dropped, waiter) = this.state.with(py, |s| {
+                    s.queued = 0;
+                    (
+                        std::mem::take(&mut s.queue),
+                        s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
+                    )
+                });
+                drop(dropped);
+                let exc = os_error(&e);
+                let value = exc.value(py).clone().into_any().unbind();
+                this.fatal(py, exc, "Fatal write error on socket transport")?;
+                if let Some(w) = waiter {
+                    w.call_method1(py, intern!(py, "set_exception"), (value,))?;
+                }
+                return Ok(());
+            }
+            Ok(_) => {}
+        }
+        this.maybe_resume_protocol(py)?;
+        let (drained, waiter, closing, eof) = this.state.with(py, |s| {
+            (
+                s.queue.is_empty(),
+                s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
+                s.closing,
+                s.eof,
+            )
+        });
+        if !drained {
+            return Ok(());
+        }
+        this.unwatch(py, Side::Write)?;
+        if let Some(w) = waiter {
+            w.call_method1(py, intern!(py, "set_result"), (py.None(),))?;
+        }
+        if closing {
+            if let Some(shell) = this.shell(py) {
+                shell.call_method1(py, intern!(py, "_call_connection_lost"), (py.None(),))?;
+            }
+        } else if eof {
+            sock::shutdown_write(this.fd).map_err(|e| os_error(&e))?;
+        }
+        Ok(())
+    }
+
+    fn write_eof(&self, py: Python<'_>) -> PyResult<()> {
+        let shut = self.state.with(py, |s| {
+            if s.closing || s.eof {
+                return false;
+            }
+            s.eof = true;
+            s.queue.is_empty()
+        });
+        if shut {
+            sock::shutdown_write(self.fd).map_err(|e| os_error(&e))?;
+        }
+        Ok(())
+    }
+
+    fn can_write_eof(&self) -> bool {
+        true
+    }
+
+    // ----- closing -----
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let (was_closing, empty) = self.state.with(py, |s| {
+            let was = s.closing;
+            s.closing = true;
+            (was, s.queue.is_empty())
+        });
+        if was_closing {
+            return Ok(());
+        }
+        self.unwatch(py, Side::Read)?;
+        if empty {
+            self.state.with(py, |s| s.conn_lost += 1);
+            self.unwatch(py, Side::Write)?;
+            self.schedule_connection_lost(py, py.None())?;
+        }
+        Ok(())
+    }
+
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self._force_close(py, py.None())
+    }
+
+    fn _force_close(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
+        let (lost, had_queue, was_closing) = self
+            .state
+            .with(py, |s| (s.conn_lost, !s.queue.is_empty(), s.closing));
+        if lost > 0 {
+            return Ok(());
+        }
+        if had_queue {
+            let dropped = self.state.with(py, |s| {
+                s.queued = 0;
+                std::mem::take(&mut s.queue)
+            });
+            drop(dropped);
+            self.unwatch(py, Side::Write)?;
+        }
+        if !was_closing {
+            self.state.with(py, |s| s.closing = true);
+            self.unwatch(py, Side::Read)?;
+        }
+        self.state.with(py, |s| s.conn_lost += 1);
+        self.schedule_connection_lost(py, exc)
+    }
+
+    /// After `connection_lost`: forget the protocol, the queue and the Python transport, so
+    /// no cycle outlives the connection. Returns the sendfile waiter, if one was pending.
+    fn _detach(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let (taken, waiter) = self.state.with(py, |s| {
+            s.queued = 0;
+            (
+                (
+                    s.protocol.take(),
+                    s.shell.take(),
+                    std::mem::take(&mut s.queue),
+                ),
+                s.empty_waiter.take(),
+            )
+        });
+        drop(taken);
+        waiter
+    }
+
+    // ----- state -----
+
+    fn is_closing(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| s.closing)
+    }
+
+    fn is_reading(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| !s.closing && !s.paused)
+    }
+
+    fn pause_reading(&self, py: Python<'_>) -> PyResult<bool> {
+        let go = self.state.with(py, |s| {
+            if s.closing || s.paused {
+                return false;
+            }
+            s.paused = true;
+            true
+        });
+        if go {
+            self.unwatch(py, Side::Read)?;
+        }
+        Ok(go)
+    }
+
+    fn resume_reading(slf: &Bound<'_, Self>) -> PyResult<bool> {
+        let py = slf.py();
+        let this = slf.get();
+        let go = this.state.with(py, |s| {
+            if s.closing || !s.paused {
+                return false;
+            }
+            s.paused = false;
+            true
+        });
+        if go {
+            this.watch(slf, Side::Read)?;
+        }
+        Ok(go)
+    }
+
+    fn get_protocol(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.protocol(py)
+    }
+
+    fn set_protocol(&self, py: Python<'_>, protocol: Py<PyAny>) -> PyResult<()> {
+        let buffered = protocol.bind(py).is_instance(buffered_protocol_type(py)?)?;
+        let old = self.state.with(py, |s| {
+            s.buffered = buffered;
+            s.protocol.replace(protocol)
+        });
+        drop(old);
+        Ok(())
+    }
+
+    fn get_write_buffer_size(&self, py: Python<'_>) -> usize {
+        self.state.with(py, |s| s.queued)
+    }
+
+    fn get_write_buffer_limits(&self, py: Python<'_>) -> (usize, usize) {
+        self.state.with(py, |s| (s.low, s.high))
+    }
+
+    #[pyo3(signature = (high = None, low = None))]
+    fn set_write_buffer_limits(
+        &self,
+        py: Python<'_>,
+        high: Option<&Bound<'_, PyAny>>,
+        low: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let high = high.filter(|h| !h.is_none());
+        let low = low.filter(|l| !l.is_none());
+        let as_int = |v: &Bound<'_, PyAny>| -> PyResult<i128> { v.extract::<i128>() };
+        let high_v = match (high, low) {
+            (Some(h), _) => as_int(h)?,
+            (None, Some(l)) => 4 * as_int(l)?,
+            (None, None) => DEFAULT_HIGH as i128,
+        };
+        let low_v = match low {
+            Some(l) => as_int(l)?,
+            None => high_v.div_euclid(4),
+        };
+        if !(high_v >= low_v && low_v >= 0) {
+            return Err(PyValueError::new_err(format!(
+                "high ({high_v}) must be >= low ({low_v}) must be >= 0"
+            )));
+        }
+        let clamp = |v: i128| usize::try_from(v).unwrap_or(usize::MAX);
+        self.state.with(py, |s| {
+            s.high = clamp(high_v);
+            s.low = clamp(low_v);
+        });
+        self.maybe_pause_protocol(py)
+    }
+
+    // ----- for the Python side: loop.sendfile, repr, tests -----
+
+    fn _make_empty_waiter(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if self.state.with(py, |s| s.empty_waiter.is_some()) {
+            return Err(PyRuntimeError::new_err("Empty waiter is already set"));
+        }
+        let fut = self
+            .loop_
+            .bind(py)
+            .call_method0(intern!(py, "create_future"))?
+            .unbind();
+        let empty = self.state.with(py, |s| {
+            s.empty_waiter = Some(fut.clone_ref(py));
+            s.queue.is_empty()
+        });
+        if empty {
+            fut.call_method1(py, intern!(py, "set_result"), (py.None(),))?;
+        }
+        Ok(fut)
+    }
+
+    fn _reset_empty_waiter(&self, py: Python<'_>) {
+        let w = self.state.with(py, |s| s.empty_waiter.take());
+        drop(w);
+    }
+
+    #[getter]
+    fn _empty_waiter(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.state
+            .with(py, |s| s.empty_waiter.as_ref().map(|w| w.clone_ref(py)))
+    }
+
+    #[getter]
+    fn _conn_lost(&self, py: Python<'_>) -> u32 {
+        self.state.with(py, |s| s.conn_lost)
+    }
+
+    #[getter]
+    fn _eof(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| s.eof)
+    }
+
+    #[getter]
+    fn _paused(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| s.paused)
+    }
+
+    #[getter]
+    fn _protocol_paused(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| s.protocol_paused)
+    }
+}
+
+impl StreamCore {
+    fn queue_rest(
+        &self,
+        py: Python<'_>,
+        bytes: Option<&Bound<'_, PyBytes>>,
+        view: &[u8],
+        sent: usize,
+    ) {
+        match bytes {
+            Some(b) => self.queue(py, Chunk::Shared(b.clone().unbind()), sent),
+            None => self.queue(py, Chunk::Owned(view[sent..].to_vec()), 0),
+        }
+    }
+
+    fn schedule_connection_lost(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
+        if let Some(shell) = self.shell(py) {
+            let cb = shell.getattr(py, intern!(py, "_call_connection_lost"))?;
+            self.call_soon(py, cb, PyTuple::new(py, [exc])?.unbind())?;
+        }
+        Ok(())
+    }
+
+    fn on_eof(&self, slf: &Bound<'_, Self>, protocol: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let keep_open = match protocol.call_method0(py, intern!(py, "eof_received")) {
+            Ok(v) => v.bind(py).is_truthy()?,
+            Err(e) if is_exit(&e, py) => return Err(e),
+            Err(e) => {
+                return self.fatal(py, e, "Fatal error: protocol.eof_received() call failed.")
+            }
+        };
+        if keep_open {
+            self.unwatch(py, Side::Read)
+        } else {
+            self.close(py)
+        }
+    }
+
+    fn read_buffered(&self, slf: &Bound<'_, Self>, protocol: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let buf = match protocol
+            .call_method1(py, intern!(py, "get_buffer"), (-1,))
+            .and_then(|b| {
+                if b.bind(py).len()? == 0 {
+                    Err(PyRuntimeError::new_err(
+                        "get_buffer() returned an empty buffer",
+                    ))
+                } else {
+                    Ok(b)
+                }
+            }) {
+            Ok(b) => b,
+            Err(e) if is_exit(&e, py) => return Err(e),
+            Err(e) => return self.fatal(py, e, "Fatal error: protocol.get_buffer() call failed."),
+        };
+        let n = match recv_into_buffer(self.fd, buf.bind(py)) {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) if would_block(&e) => return Ok(()),
+            Ok(Err(e)) => {
+                return self.fatal(py, os_error(&e), "Fatal read error on socket transport")
+            }
+            Err(e) => return self.fatal(py, e, "Fatal read error on socket transport"),
+        };
+        drop(buf);
+        if n == 0 {
+            return self.on_eof(slf, protocol);
+        }
+        match protocol.call_method1(py, intern!(py, "buffer_updated"), (n,)) {
+            Ok(_) => Ok(()),
+            Err(e) if is_exit(&e, py) => Err(e),
+            Err(e) => self.fatal(py, e, "Fatal error: protocol.buffer_updated() call failed."),
+        }
+    }
+}
