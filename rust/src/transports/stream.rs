@@ -637,7 +637,7 @@ impl StreamCore {
         self.state.with(py, |s| !s.closing && !s.paused)
     }
 
-    fn pause_reading(&self, py: Python<'_>) -> PyResult<bool> {
+    fn pause_reading(&self, py: Python<'_>) -> PyResult<()> {
         let go = self.state.with(py, |s| {
             if s.closing || s.paused {
                 return false;
@@ -648,10 +648,10 @@ impl StreamCore {
         if go {
             self.unwatch(py, Side::Read)?;
         }
-        Ok(go)
+        Ok(())
     }
 
-    fn resume_reading(slf: &Bound<'_, Self>) -> PyResult<bool> {
+    fn resume_reading(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         let go = this.state.with(py, |s| {
@@ -664,7 +664,7 @@ impl StreamCore {
         if go {
             this.watch(slf, Side::Read)?;
         }
-        Ok(go)
+        Ok(())
     }
 
     fn get_protocol(&self, py: Python<'_>) -> Option<Py<PyAny>> {
