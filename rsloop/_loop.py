@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import socket
 import sys
 import threading
 import traceback
@@ -374,16 +373,6 @@ class Loop(SockMixin, NetMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type
             sys.set_coroutine_origin_tracking_depth(self._coroutine_origin_tracking_saved_depth)  # type: ignore[arg-type]
         self._coroutine_origin_tracking_enabled = enabled
 
-    # ----- Names (via the executor, as asyncio does) -----
-
-    async def getaddrinfo(self, host, port, *, family=0, type=0, proto=0, flags=0):
-        return await self.run_in_executor(
-            None, socket.getaddrinfo, host, port, family, type, proto, flags
-        )
-
-    async def getnameinfo(self, sockaddr, flags=0):
-        return await self.run_in_executor(None, socket.getnameinfo, sockaddr, flags)
-
     # ----- rsloop extras -----
 
     @property
@@ -432,6 +421,6 @@ _PENDING = (
     "remove_signal_handler"
 ).split()
 for _name in _PENDING:
-    if getattr(Loop, _name) is getattr(asyncio.AbstractEventLoop, _name):
+    if getattr(Loop, _name, None) is getattr(asyncio.AbstractEventLoop, _name, None):
         setattr(Loop, _name, _not_implemented(_name))
 del _name

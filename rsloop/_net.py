@@ -15,16 +15,18 @@ import os
 import sys
 import weakref
 from asyncio import base_events, selector_events
+from typing import Any
 
 from . import _transports
 
-_Base = base_events.BaseEventLoop
-_Selector = selector_events.BaseSelectorEventLoop
+# typeshed leaves out asyncio's private methods: borrow them untyped.
+_Base: Any = base_events.BaseEventLoop
+_Selector: Any = selector_events.BaseSelectorEventLoop
 
 if sys.platform != "win32":
     from asyncio import unix_events
 
-    _Unix = unix_events._UnixSelectorEventLoop
+    _Unix: Any = unix_events._UnixSelectorEventLoop
 else:  # pragma: no cover - the Unix socket API does not exist there
     _Unix = None
 

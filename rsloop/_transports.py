@@ -240,7 +240,7 @@ def make_socket_transport(loop, sock, protocol, waiter=None, extra=None, server=
     return SocketTransport(loop, sock, protocol, waiter, extra, server)
 
 
-class DatagramTransport(selector_events._SelectorDatagramTransport):
+class DatagramTransport(selector_events._SelectorDatagramTransport):  # type: ignore[name-defined,misc]
     """A UDP or Unix datagram transport."""
 
     def __repr__(self) -> str:
