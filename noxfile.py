@@ -183,3 +183,11 @@ def bench(session: nox.Session) -> None:
     _build(session, release=True)
     session.install("uvloop", "rloop")
     session.run("python", "bench/run.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def bench_net(session: nox.Session) -> None:
+    """Release build, peers installed, the network echo benchmark (C load client; Linux)."""
+    _build(session, release=True)
+    session.install("uvloop", "rloop")
+    session.run("python", "bench/net.py", *session.posargs)

@@ -50,17 +50,24 @@ class NetMixin:
 
     # ----- hooks the stdlib code calls -----
 
-    def _add_reader(self, fd, callback, *args) -> None:
-        self.add_reader(fd, callback, *args)  # type: ignore[attr-defined]
+    # The public fd-watcher methods refuse an fd a live transport owns, as selector loops
+    # do; the native `_add_reader` & co. (asyncio's private names, returning the handle)
+    # are what transports and the stdlib code use.
+    def add_reader(self, fd, callback, *args) -> None:
+        self._ensure_fd_no_transport(fd)
+        self._add_reader(fd, callback, *args)  # type: ignore[attr-defined]
 
-    def _remove_reader(self, fd) -> bool:
-        return self.remove_reader(fd)  # type: ignore[attr-defined]
+    def remove_reader(self, fd) -> bool:
+        self._ensure_fd_no_transport(fd)
+        return self._remove_reader(fd)  # type: ignore[attr-defined]
 
-    def _add_writer(self, fd, callback, *args) -> None:
-        self.add_writer(fd, callback, *args)  # type: ignore[attr-defined]
+    def add_writer(self, fd, callback, *args) -> None:
+        self._ensure_fd_no_transport(fd)
+        self._add_writer(fd, callback, *args)  # type: ignore[attr-defined]
 
-    def _remove_writer(self, fd) -> bool:
-        return self.remove_writer(fd)  # type: ignore[attr-defined]
+    def remove_writer(self, fd) -> bool:
+        self._ensure_fd_no_transport(fd)
+        return self._remove_writer(fd)  # type: ignore[attr-defined]
 
     _ensure_fd_no_transport = _Selector._ensure_fd_no_transport
 
@@ -106,7 +113,10 @@ class NetMixin:
 
     def _stop_serving(self, sock) -> None:
         path = sock.getsockname() if sock in self._unix_server_sockets else None
-        self._remove_reader(sock.fileno())
+        self._remove_reader(sock.fileno())  # type: ignore[attr-defined]
+        # io_uring: an in-flight poll holds the file; cancel it before the close, or the
+        # socket would keep accepting (and resetting) connections until the next iteration.
+        self._submit_cancels()  # type: ignore[attr-defined]
         sock.close()
         if path is not None:
             inode = self._unix_server_sockets.pop(sock)

@@ -47,12 +47,13 @@ def _reject_ssl_socket(sock: Any) -> None:
         raise TypeError("Socket cannot be of type SSLSocket")
 
 
-def _retry(fut: Any, call: Callable[..., Any], *args: Any) -> None:
-    """Watcher callback: try ``call(*args)`` again now that the fd is ready."""
+def _retry(fut: Any, sock: Any, method: str, *args: Any) -> None:
+    """Watcher callback: try ``sock.<method>(*args)`` again now that the fd is ready. The
+    method is looked up on each attempt, as asyncio does."""
     if fut.done():
         return  # cancelled: leave the data in the kernel; the done callback unwatches
     try:
-        result = call(*args)
+        result = getattr(sock, method)(*args)
     except (BlockingIOError, InterruptedError):
         return  # spurious wake-up; the watcher stays and fires again
     except _STOP:
@@ -60,6 +61,8 @@ def _retry(fut: Any, call: Callable[..., Any], *args: Any) -> None:
     except BaseException as exc:
         fut.set_exception(exc)
     else:
+        if method == "accept":
+            result[0].setblocking(False)
         fut.set_result(result)
 
 
@@ -107,8 +110,11 @@ def _accept_nonblocking(sock: Any) -> tuple[Any, Any]:
     return conn, address
 
 
-def _unwatch(remove: Callable[[int], object], fd: int, _fut: Any) -> None:
-    remove(fd)
+def _unwatch(remove: Callable[[int], object], fd: int, handle: Any, _fut: Any) -> None:
+    # Only while the watcher is still ours: a later sock_* call on the same fd replaced
+    # (and so cancelled) it, and removing would strand that call (asyncio's rule).
+    if handle is None or not handle.cancelled():
+        remove(fd)
 
 
 def _numeric_sockaddr(
@@ -270,8 +276,8 @@ class _OsSendfile:
     def _watch(self, fd: int) -> None:
         loop = self.loop
         loop._sock_check_fd_free(fd)
-        loop.add_writer(fd, self.step, True)
-        self.fut.add_done_callback(functools.partial(_unwatch, loop.remove_writer, fd))
+        handle = loop._add_writer(fd, self.step, True)
+        self.fut.add_done_callback(functools.partial(_unwatch, loop._remove_writer, fd, handle))
 
 
 class SockMixin:
@@ -284,6 +290,10 @@ class SockMixin:
         def add_writer(self, fd: Any, callback: Callable[..., object], *args: Any) -> None: ...
         def remove_reader(self, fd: Any) -> bool: ...
         def remove_writer(self, fd: Any) -> bool: ...
+        def _add_reader(self, fd: Any, callback: Callable[..., object], *args: Any) -> Any: ...
+        def _add_writer(self, fd: Any, callback: Callable[..., object], *args: Any) -> Any: ...
+        def _remove_reader(self, fd: Any) -> bool: ...
+        def _remove_writer(self, fd: Any) -> bool: ...
         def get_debug(self) -> bool: ...
         def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any: ...
         def time(self) -> float: ...
@@ -312,11 +322,11 @@ class SockMixin:
         fd = sock.fileno()
         self._sock_check_fd_free(fd)
         if writable:
-            self.add_writer(fd, callback, fut, *args)
-            fut.add_done_callback(functools.partial(_unwatch, self.remove_writer, fd))
+            handle = self._add_writer(fd, callback, fut, *args)
+            fut.add_done_callback(functools.partial(_unwatch, self._remove_writer, fd, handle))
         else:
-            self.add_reader(fd, callback, fut, *args)
-            fut.add_done_callback(functools.partial(_unwatch, self.remove_reader, fd))
+            handle = self._add_reader(fd, callback, fut, *args)
+            fut.add_done_callback(functools.partial(_unwatch, self._remove_reader, fd, handle))
         return fut
 
     # ----- Low-level socket operations -----
@@ -328,7 +338,7 @@ class SockMixin:
             return sock.recv(n)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_park(sock, False, _retry, sock.recv, n)
+        return await self._sock_park(sock, False, _retry, sock, "recv", n)
 
     async def sock_recv_into(self, sock, buf):
         """Receive into the writable buffer ``buf``; return the number of bytes."""
@@ -337,7 +347,7 @@ class SockMixin:
             return sock.recv_into(buf)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_park(sock, False, _retry, sock.recv_into, buf)
+        return await self._sock_park(sock, False, _retry, sock, "recv_into", buf)
 
     async def sock_recvfrom(self, sock, bufsize):
         """Receive a datagram of up to ``bufsize`` bytes; return ``(data, address)``."""
@@ -346,7 +356,7 @@ class SockMixin:
             return sock.recvfrom(bufsize)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_park(sock, False, _retry, sock.recvfrom, bufsize)
+        return await self._sock_park(sock, False, _retry, sock, "recvfrom", bufsize)
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
         """Receive a datagram into ``buf``; return ``(nbytes, address)``."""
@@ -357,7 +367,7 @@ class SockMixin:
             return sock.recvfrom_into(buf, nbytes)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_park(sock, False, _retry, sock.recvfrom_into, buf, nbytes)
+        return await self._sock_park(sock, False, _retry, sock, "recvfrom_into", buf, nbytes)
 
     async def sock_sendall(self, sock, data):
         """Send all of ``data``; on error there is no telling how much the peer got."""
@@ -377,7 +387,7 @@ class SockMixin:
             return sock.sendto(data, address)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_park(sock, True, _retry, sock.sendto, data, address)
+        return await self._sock_park(sock, True, _retry, sock, "sendto", data, address)
 
     async def sock_connect(self, sock, address):
         """Connect ``sock`` to ``address``, resolving a host name first for IP sockets."""
@@ -417,7 +427,7 @@ class SockMixin:
             return _accept_nonblocking(sock)
         except (BlockingIOError, InterruptedError):
             pass
-        return await self._sock_park(sock, False, _retry, _accept_nonblocking, sock)
+        return await self._sock_park(sock, False, _retry, sock, "accept")
 
     async def sock_sendfile(self, sock, file, offset=0, count=None, *, fallback=True):
         """Send ``file`` (from ``offset``, ``count`` bytes or to EOF) over the stream

@@ -73,7 +73,9 @@ def _describe(transport) -> str:
     info.append(f"fd={transport._sock_fd}")
     loop = transport._loop
     if loop is not None and not loop.is_closed():
-        info.append("read=polling" if transport.is_reading() else "read=idle")
+        # 3.10's datagram transport has no is_reading(): its own flags say the same.
+        reading = not transport._closing and not getattr(transport, "_paused", False)
+        info.append("read=polling" if reading else "read=idle")
         bufsize = transport.get_write_buffer_size()
         info.append(f"write=<{'polling' if bufsize else 'idle'}, bufsize={bufsize}>")
     return "<{}>".format(" ".join(info))
@@ -88,8 +90,12 @@ def _forward(name: str):
     return method
 
 
-class SocketTransport(transports.Transport):
-    """A TCP or Unix stream transport on rsloop's native stream core."""
+class SocketTransport(transports._FlowControlMixin):  # type: ignore[name-defined,misc]
+    """A TCP or Unix stream transport on rsloop's native stream core.
+
+    An ``asyncio.transports._FlowControlMixin`` (so an ``asyncio.Transport``) because
+    asyncio's own sendfile fallback insists on one; the flow control itself is the core's.
+    """
 
     _start_tls_compatible = True
     _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
@@ -99,7 +105,8 @@ class SocketTransport(transports.Transport):
     _server = None
 
     def __init__(self, loop, sock, protocol, waiter=None, extra=None, server=None):
-        super().__init__(extra)
+        # Not _FlowControlMixin.__init__: its water marks and paused flag live in the core.
+        transports.BaseTransport.__init__(self, extra)
         self._extra["socket"] = trsock.TransportSocket(sock)
         try:
             self._extra["sockname"] = sock.getsockname()

@@ -179,6 +179,26 @@ impl LoopCore {
     }
 
     /// Pushes a timer onto the heap.
+    /// Sends the watcher cancels queued since the last flush to the kernel now, so no
+    /// in-flight poll keeps an fd's file alive once Python closes it (a listening socket
+    /// closed by `Server.close()` must refuse connections at once, as with a selector).
+    pub fn submit_cancels(&self, py: Python<'_>) -> std::io::Result<()> {
+        let cancels = self.queues.with(py, |q| q.watchers.take_cancels());
+        if cancels.is_empty() {
+            return Ok(());
+        }
+        let mut slot = lock(&self.driver);
+        let Some(driver) = slot.as_mut() else {
+            return Ok(());
+        };
+        for token in cancels {
+            // A cancel that cannot be queued only means the poll completes normally later;
+            // its token is already forgotten.
+            let _ = driver.cancel(token);
+        }
+        driver.submit_now()
+    }
+
     pub fn push_timer(&self, py: Python<'_>, when: f64, timer: Py<TimerHandle>) {
         self.queues.with(py, |q| q.timers.push(when, timer));
     }

@@ -180,6 +180,11 @@ impl Watchers {
         std::mem::take(&mut self.work)
     }
 
+    /// Takes only the cancels waiting for the next flush (see `LoopCore::submit_cancels`).
+    pub fn take_cancels(&mut self) -> Vec<Token> {
+        std::mem::take(&mut self.work.cancel)
+    }
+
     /// Puts back an arm the driver could not take now (its queue was full): the watcher is
     /// armed again at the next flush under a new token.
     pub fn arm_later(&mut self, token: Token) {

@@ -135,6 +135,17 @@ impl Driver {
         }
     }
 
+    /// Hands what is queued to the kernel now, without waiting or reaping: `uring` submits
+    /// its queued SQEs (cancels, typically, so the kernel drops its references to an fd
+    /// about to be closed); `poll` has nothing queued in the kernel's name.
+    pub fn submit_now(&mut self) -> io::Result<()> {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(d) => d.submit_now(),
+            Driver::Poll(_) => Ok(()),
+        }
+    }
+
     /// Flushes queued work, then waits up to `timeout` (`None`: until something happens) for
     /// completions or a wake, appending completions to `out`. Interrupted waits (EINTR)
     /// return `Ok` with whatever arrived.

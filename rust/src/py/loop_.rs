@@ -312,7 +312,47 @@ impl Loop {
         callback: Py<PyAny>,
         args: Py<PyTuple>,
     ) -> PyResult<()> {
+        self.add_watcher(py, fd, Side::Read, callback, args)?;
+        Ok(())
+    }
+
+    /// `add_reader` returning the handle (asyncio's private `_add_reader`): the `sock_*`
+    /// methods remove a watcher only while it is still theirs.
+    #[pyo3(signature = (fd, callback, *args))]
+    fn _add_reader(
+        &self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+    ) -> PyResult<Py<Handle>> {
         self.add_watcher(py, fd, Side::Read, callback, args)
+    }
+
+    fn _remove_reader(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.remove_watcher(py, fd, Side::Read)
+    }
+
+    #[pyo3(signature = (fd, callback, *args))]
+    fn _add_writer(
+        &self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+    ) -> PyResult<Py<Handle>> {
+        self.add_watcher(py, fd, Side::Write, callback, args)
+    }
+
+    fn _remove_writer(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.remove_watcher(py, fd, Side::Write)
+    }
+
+    /// Submits the pending watcher cancels now (before Python closes an fd).
+    fn _submit_cancels(&self, py: Python<'_>) -> PyResult<()> {
+        self.core
+            .submit_cancels(py)
+            .map_err(|e| crate::errors::os_error(&e))
     }
 
     fn remove_reader(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -327,7 +367,8 @@ impl Loop {
         callback: Py<PyAny>,
         args: Py<PyTuple>,
     ) -> PyResult<()> {
-        self.add_watcher(py, fd, Side::Write, callback, args)
+        self.add_watcher(py, fd, Side::Write, callback, args)?;
+        Ok(())
     }
 
     fn remove_writer(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {

@@ -191,7 +191,7 @@ impl Loop {
         side: Side,
         callback: Py<PyAny>,
         args: Py<PyTuple>,
-    ) -> PyResult<()> {
+    ) -> PyResult<Py<Handle>> {
         let fileobj = fd.clone().unbind();
         let fd = fileobj_to_fd(fd)?;
         self.check_closed()?;
@@ -204,6 +204,7 @@ impl Loop {
         if !already {
             crate::sys::fd_check_pollable(fd).map_err(|e| crate::errors::os_error(&e))?;
         }
+        let ret = handle.clone_ref(py);
         let replaced = self
             .core
             .queues
@@ -211,7 +212,7 @@ impl Loop {
         if let Some((old, _unused_fileobj)) = replaced {
             Handle::cancel_inner(old.bind(py))?;
         }
-        Ok(())
+        Ok(ret)
     }
 
     pub(crate) fn remove_watcher(

@@ -145,7 +145,8 @@ impl StreamCore {
         let fd = PyInt::new(py, self.fd);
         self.loop_
             .get()
-            .add_watcher(py, fd.as_any(), side, cb, PyTuple::empty(py).unbind())
+            .add_watcher(py, fd.as_any(), side, cb, PyTuple::empty(py).unbind())?;
+        Ok(())
     }
 
     fn unwatch(&self, py: Python<'_>, side: Side) -> PyResult<()> {

@@ -195,6 +195,20 @@ impl UringDriver {
         Ok(())
     }
 
+    /// Submits the queued SQEs in one `io_uring_enter` without waiting; CQEs stay in the
+    /// ring for the next `wait`.
+    pub fn submit_now(&mut self) -> io::Result<()> {
+        if self.ring.submission().is_empty() {
+            return Ok(());
+        }
+        self.counters.enters += 1;
+        match self.ring.submit() {
+            Ok(_) => Ok(()),
+            Err(e) if tolerated(&e) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A waker for other threads.
     pub fn waker(&self) -> UringWaker {
         UringWaker {

@@ -1,0 +1,410 @@
+/*
+ * Closed-loop echo load client for bench/net.py (Linux: epoll, one thread).
+ *
+ *   echo_client -m tcp|udp -p PORT [-c CONNS] [-s SIZE] [-d SECONDS] [-w WARMUP]
+ *               [-t UDP_TIMEOUT_MS] [-S STALL_SECONDS]
+ *
+ * TCP: CONNS connections to 127.0.0.1:PORT; each sends a SIZE-byte message, reads
+ * back exactly SIZE bytes, compares them with what it sent (every byte), and starts
+ * the next message. UDP: CONNS connected sockets, each sends one SIZE-byte datagram
+ * and waits for its echo; after UDP_TIMEOUT_MS without it, the datagram counts as lost
+ * and a new one is sent. A late echo of an older datagram is counted and ignored.
+ *
+ * Runs WARMUP seconds unmeasured, prints "M" on its own line to stdout (the parent
+ * samples the server's CPU time there), runs SECONDS measured, prints "E" (sampled
+ * again), lets every TCP connection finish the round trip it is in (so that each
+ * closes with nothing in flight) and prints one JSON line: requests and payload bytes
+ * echoed within the measured window, the measured duration, errors. Any content mismatch, short/extra reply, EOF or socket error is
+ * an error: the JSON says so and the exit status is 1. So is a window in which no
+ * round trip completes for STALL_SECONDS (default 5).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PATTERN_SPAN 256 /* request k of connection i starts at offset (7k + 13i) % 256 */
+#define UDP_HDR 8        /* u32 sequence number + u32 connection index */
+#define MAX_UDP 65507
+
+struct conn {
+    int fd;
+    int want_out; /* EPOLLOUT registered */
+    size_t sent, got;
+    size_t off; /* offset of this request's bytes in the pattern */
+    uint32_t seq;
+    double started; /* UDP: when the current datagram was sent */
+    long done;      /* completed in the measured window */
+};
+
+static unsigned char *pattern, *rbuf, *ubuf;
+static size_t size;
+static int udp, nconn, epfd;
+static int measuring, draining, idle;
+static long requests, warm_requests, errors, lost, late;
+static char err_detail[256];
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fail(const char *what, int conn) {
+    if (!errors)
+        snprintf(err_detail, sizeof err_detail, "conn %d: %s%s%s", conn, what,
+                 errno ? ": " : "", errno ? strerror(errno) : "");
+    errors++;
+}
+
+static int set_events(struct conn *c, int out) {
+    struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.ptr = c};
+    c->want_out = out;
+    return epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* TCP: push as much of the current message as the socket takes. */
+static int tcp_send(struct conn *c, int idx) {
+    while (c->sent < size) {
+        ssize_t n = send(c->fd, pattern + c->off + c->sent, size - c->sent, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->sent += (size_t)n;
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!c->want_out && set_events(c, 1) < 0) {
+                fail("epoll_ctl", idx);
+                return -1;
+            }
+            return 0;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        fail("send", idx);
+        return -1;
+    }
+    if (c->want_out && set_events(c, 0) < 0) {
+        fail("epoll_ctl", idx);
+        return -1;
+    }
+    return 0;
+}
+
+static void count_done(struct conn *c) {
+    if (draining)
+        return;
+    if (measuring) {
+        requests++;
+        c->done++;
+    } else {
+        warm_requests++;
+    }
+}
+
+static int udp_send(struct conn *c, int idx) {
+    c->seq++;
+    c->off = (7u * c->seq + 13u * (unsigned)idx) % PATTERN_SPAN;
+    memcpy(ubuf, pattern + c->off, size);
+    uint32_t hdr[2] = {c->seq, (uint32_t)idx};
+    memcpy(ubuf, hdr, UDP_HDR);
+    c->started = now();
+    for (;;) {
+        ssize_t n = send(c->fd, ubuf, size, 0);
+        if (n == (ssize_t)size)
+            return 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == ENOBUFS))
+            return 0; /* dropped locally: the timeout will count it lost */
+        fail("sendto", idx);
+        return -1;
+    }
+}
+
+static void start_request(struct conn *c, int idx) {
+    if (udp) {
+        udp_send(c, idx);
+        return;
+    }
+    c->seq++;
+    c->off = (7u * c->seq + 13u * (unsigned)idx) % PATTERN_SPAN;
+    c->sent = c->got = 0;
+    tcp_send(c, idx);
+}
+
+static void on_readable(struct conn *c, int idx) {
+    if (udp) {
+        for (;;) {
+            ssize_t n = recv(c->fd, rbuf, MAX_UDP + 1, 0);
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                    return;
+                if (errno == EINTR)
+                    continue;
+                if (errno == ECONNREFUSED) { /* ICMP from an earlier send: server gone */
+                    fail("recv (server port closed)", idx);
+                    return;
+                }
+                fail("recv", idx);
+                return;
+            }
+            uint32_t hdr[2];
+            if ((size_t)n != size) {
+                errno = 0;
+                fail("datagram of the wrong size", idx);
+                return;
+            }
+            memcpy(hdr, rbuf, UDP_HDR);
+            if (hdr[1] == (uint32_t)idx && hdr[0] < c->seq) {
+                late++; /* echo of a datagram already counted lost */
+                continue;
+            }
+            if (hdr[1] != (uint32_t)idx || hdr[0] != c->seq ||
+                memcmp(rbuf + UDP_HDR, pattern + c->off + UDP_HDR, size - UDP_HDR) != 0) {
+                errno = 0;
+                fail("datagram content mismatch", idx);
+                return;
+            }
+            count_done(c);
+            start_request(c, idx);
+        }
+    }
+    for (;;) {
+        /* Never more than the rest of this reply: a byte too many would be read as
+         * the start of the next reply and fail its comparison. */
+        ssize_t n = recv(c->fd, rbuf, size - c->got, 0);
+        if (n > 0) {
+            if (memcmp(rbuf, pattern + c->off + c->got, (size_t)n) != 0) {
+                errno = 0;
+                fail("echoed bytes differ from the bytes sent", idx);
+                return;
+            }
+            c->got += (size_t)n;
+            if (c->got == size) {
+                if (c->sent != size) {
+                    errno = 0;
+                    fail("echo complete before the message was sent", idx);
+                    return;
+                }
+                count_done(c);
+                if (draining)
+                    idle++; /* this connection's last reply is in: leave it quiet */
+                else
+                    start_request(c, idx);
+                return; /* level-triggered: come back if more is there */
+            }
+            continue;
+        }
+        if (n == 0) {
+            errno = 0;
+            fail("server closed the connection", idx);
+            return;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return;
+        if (errno == EINTR)
+            continue;
+        fail("recv", idx);
+        return;
+    }
+}
+
+static int open_conn(struct conn *c, int port, int idx) {
+    struct sockaddr_in local = {.sin_family = AF_INET}, addr = {.sin_family = AF_INET};
+    local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons((uint16_t)port);
+    c->fd = socket(AF_INET, udp ? SOCK_DGRAM : SOCK_STREAM, 0);
+    if (c->fd < 0) {
+        fail("socket", idx);
+        return -1;
+    }
+    /* Bound to loopback explicitly: nothing ever listens or sends outside 127.0.0.1. */
+    if (bind(c->fd, (struct sockaddr *)&local, sizeof local) < 0) {
+        fail("bind 127.0.0.1", idx);
+        return -1;
+    }
+    if (connect(c->fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
+        fail("connect", idx);
+        return -1;
+    }
+    if (!udp) {
+        int one = 1;
+        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
+        fail("epoll_ctl", idx);
+        return -1;
+    }
+    return 0;
+}
+
+static void usage(const char *argv0) {
+    fprintf(stderr,
+            "usage: %s -m tcp|udp -p PORT [-c CONNS] [-s SIZE] [-d SECONDS] [-w WARMUP] "
+            "[-t UDP_TIMEOUT_MS] [-S STALL_SECONDS]\n",
+            argv0);
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    int port = 0, opt, udp_timeout_ms = 200;
+    double duration = 3.0, warmup = 0.5, stall = 5.0;
+    nconn = 10;
+    size = 1024;
+    while ((opt = getopt(argc, argv, "m:p:c:s:d:w:t:S:")) != -1) {
+        switch (opt) {
+        case 'm':
+            if (strcmp(optarg, "udp") == 0)
+                udp = 1;
+            else if (strcmp(optarg, "tcp") != 0)
+                usage(argv[0]);
+            break;
+        case 'p': port = atoi(optarg); break;
+        case 'c': nconn = atoi(optarg); break;
+        case 's': size = (size_t)atol(optarg); break;
+        case 'd': duration = atof(optarg); break;
+        case 'w': warmup = atof(optarg); break;
+        case 't': udp_timeout_ms = atoi(optarg); break;
+        case 'S': stall = atof(optarg); break;
+        default: usage(argv[0]);
+        }
+    }
+    if (port <= 0 || port > 65535 || nconn < 1 || size < 1 || duration <= 0)
+        usage(argv[0]);
+    if (udp && (size < UDP_HDR || size > MAX_UDP)) {
+        fprintf(stderr, "udp size must be in [%d, %d]\n", UDP_HDR, MAX_UDP);
+        return 2;
+    }
+    pattern = malloc(size + PATTERN_SPAN);
+    rbuf = malloc(udp ? MAX_UDP + 1 : size);
+    ubuf = malloc(size);
+    struct conn *conns = calloc((size_t)nconn, sizeof *conns);
+    struct epoll_event *evs = calloc((size_t)nconn, sizeof *evs);
+    if (!pattern || !rbuf || !ubuf || !conns || !evs)
+        return 2;
+    for (size_t i = 0; i < size + PATTERN_SPAN; i++)
+        pattern[i] = (unsigned char)((i * 131u + (i >> 8) * 7u + 1u) & 0xff);
+    epfd = epoll_create1(0);
+
+    for (int i = 0; i < nconn && !errors; i++)
+        open_conn(&conns[i], port, i);
+    double t_start = now(), t_measure = t_start + warmup, t_end = t_measure + duration;
+    double t_progress = t_start, t_window = t_measure, t_stop = 0;
+    long last_total = 0;
+    for (int i = 0; i < nconn && !errors; i++)
+        start_request(&conns[i], i);
+    if (warmup <= 0) {
+        measuring = 1;
+        printf("M\n");
+        fflush(stdout);
+    }
+
+    while (!errors) {
+        double t = now();
+        if (!measuring && t >= t_measure) {
+            measuring = 1;
+            t_window = t;
+            t_end = t + duration;
+            printf("M\n");
+            fflush(stdout);
+        }
+        if (measuring && !draining && t >= t_end) {
+            /* Window over. TCP: let every connection finish its round trip, so that
+             * each socket is closed with nothing in flight (a clean FIN, no reset the
+             * server would have to report). UDP: nothing to wait for. */
+            draining = 1;
+            t_stop = t;
+            printf("E\n"); /* the parent samples the server's CPU time again here */
+            fflush(stdout);
+            if (udp)
+                break;
+            t_end = t + stall;
+        }
+        if (draining && (idle == nconn || t >= t_end))
+            break;
+        long total = requests + warm_requests;
+        if (total != last_total) {
+            last_total = total;
+            t_progress = t;
+        } else if (!draining && t - t_progress > stall) {
+            if (!errors)
+                snprintf(err_detail, sizeof err_detail,
+                         "stalled: no round trip completed for %.1f s", stall);
+            errors++;
+            break;
+        }
+        double next = measuring ? t_end : t_measure;
+        if (udp && !draining) {
+            for (int i = 0; i < nconn; i++) {
+                double dl = conns[i].started + udp_timeout_ms * 1e-3;
+                if (dl <= t) {
+                    lost += measuring;
+                    udp_send(&conns[i], i);
+                    dl = conns[i].started + udp_timeout_ms * 1e-3;
+                }
+                if (dl < next)
+                    next = dl;
+            }
+        }
+        int ms = (int)((next - t) * 1000.0) + 1;
+        if (ms > 100)
+            ms = 100;
+        int n = epoll_wait(epfd, evs, nconn, ms);
+        if (n < 0 && errno != EINTR) {
+            fail("epoll_wait", -1);
+            break;
+        }
+        for (int k = 0; k < n && !errors; k++) {
+            struct conn *c = evs[k].data.ptr;
+            int idx = (int)(c - conns);
+            if (evs[k].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+                on_readable(c, idx);
+            if (!errors && !udp && (evs[k].events & EPOLLOUT))
+                tcp_send(c, idx);
+        }
+    }
+    if (!draining)
+        t_stop = now();
+    if (!udp && draining && idle != nconn && !errors) {
+        snprintf(err_detail, sizeof err_detail,
+                 "%d of %d connections did not get their last reply within %.1f s",
+                 nconn - idle, nconn, stall);
+        errors++;
+    }
+    double measured = measuring ? t_stop - t_window : 0.0;
+    long per_min = -1, per_max = 0;
+    for (int i = 0; i < nconn; i++) {
+        if (per_min < 0 || conns[i].done < per_min)
+            per_min = conns[i].done;
+        if (conns[i].done > per_max)
+            per_max = conns[i].done;
+    }
+    /* Escape the detail for JSON (it only holds printable ASCII from this file / strerror). */
+    for (char *p = err_detail; *p; p++)
+        if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
+            *p = ' ';
+    printf("{\"mode\": \"%s\", \"connections\": %d, \"size\": %zu, \"requests\": %ld, "
+           "\"bytes\": %ld, \"duration\": %.6f, \"warmup_requests\": %ld, "
+           "\"per_conn_min\": %ld, \"per_conn_max\": %ld, \"lost\": %ld, \"late\": %ld, "
+           "\"errors\": %ld, \"error_detail\": \"%s\"}\n",
+           udp ? "udp" : "tcp", nconn, size, requests, requests * (long)size, measured,
+           warm_requests, per_min, per_max, lost, late, errors, err_detail);
+    fflush(stdout);
+    for (int i = 0; i < nconn; i++)
+        if (conns[i].fd > 0)
+            close(conns[i].fd);
+    return errors ? 1 : 0;
+}
