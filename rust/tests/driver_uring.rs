@@ -351,3 +351,65 @@ fn setup_reason_names_the_errno_via_select() {
         Err(e) => assert!(e.to_string().starts_with("io_uring"), "{e}"),
     }
 }
+
+/// Waits until `d` has reaped at least one receive completion (bounded).
+fn recvs_within(d: &mut UringDriver, out: &mut Vec<driver::RecvCompletion>) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut polls = Vec::new();
+    while out.is_empty() && Instant::now() < deadline {
+        d.wait(Some(Duration::from_millis(50)), &mut polls)
+            .expect("wait");
+        d.take_recvs(out);
+    }
+}
+
+#[test]
+fn multishot_recv_delivers_chunks_in_order_then_cancels() {
+    let Some(mut d) = ring() else { return };
+    if !d.supports_recv_multi() {
+        eprintln!("skipping: no multishot receive on this kernel");
+        return;
+    }
+    let (mut a, b) = UnixStream::pair().expect("socketpair");
+    d.submit(7, Op::RecvMulti { fd: b.as_raw_fd() })
+        .expect("submit");
+    let mut got = Vec::new();
+    for chunk in [&b"first"[..], b"second", b"third"] {
+        a.write_all(chunk).expect("write");
+        let mut out = Vec::new();
+        recvs_within(&mut d, &mut out);
+        for c in out {
+            assert_eq!(c.token, 7);
+            assert!(c.more, "multishot stays armed: {c:?}");
+            let buf = c.buf.expect("a data completion names its buffer");
+            got.extend_from_slice(d.recv_bytes(buf, c.result as usize));
+            d.recycle(buf);
+        }
+    }
+    assert_eq!(got, b"firstsecondthird");
+    d.cancel(7).expect("cancel");
+    let mut out = Vec::new();
+    recvs_within(&mut d, &mut out);
+    let last = out.last().expect("final completion");
+    assert_eq!((last.result, last.more), (-libc::ECANCELED, false));
+    assert_eq!(d.in_flight(), 0);
+}
+
+#[test]
+fn multishot_recv_reports_end_of_stream() {
+    let Some(mut d) = ring() else { return };
+    if !d.supports_recv_multi() {
+        return;
+    }
+    let (a, b) = UnixStream::pair().expect("socketpair");
+    d.submit(9, Op::RecvMulti { fd: b.as_raw_fd() })
+        .expect("submit");
+    drop(a);
+    let mut out = Vec::new();
+    recvs_within(&mut d, &mut out);
+    assert_eq!(
+        out.iter().map(|c| (c.result, c.more)).collect::<Vec<_>>(),
+        vec![(0, false)]
+    );
+    assert_eq!(d.in_flight(), 0);
+}

@@ -9,6 +9,7 @@
 
 pub mod run;
 pub mod stats;
+pub mod streams;
 pub mod watchers;
 
 use std::collections::VecDeque;
@@ -24,6 +25,7 @@ use crate::handles::{lock, Handle, TimerHandle};
 use crate::sys::gil::GilCell;
 use crate::timers::TimerHeap;
 use stats::Stats;
+use streams::Streams;
 use watchers::Watchers;
 
 /// asyncio's `MAXIMUM_SELECT_TIMEOUT`: never wait longer than a day at once.
@@ -50,6 +52,8 @@ pub struct Queues {
     pub timers: TimerHeap<Py<TimerHandle>>,
     /// fd watchers.
     pub watchers: Watchers,
+    /// Multishot receives of stream transports (io_uring).
+    pub streams: Streams,
     /// Finished handles nobody else referenced, emptied, for `call_soon` to reuse: a
     /// freelist, like CPython's for its own small objects. Saves an allocation and a
     /// garbage-collector count per callback.
@@ -172,18 +176,21 @@ impl LoopCore {
         for t in q.timers.items().chain(q.free_timers.iter()) {
             visit.call(t)?;
         }
-        for o in q.watchers.objects() {
+        for o in q.watchers.objects().chain(q.streams.objects()) {
             visit.call(o)?;
         }
         Ok(())
     }
 
-    /// Pushes a timer onto the heap.
     /// Sends the watcher cancels queued since the last flush to the kernel now, so no
     /// in-flight poll keeps an fd's file alive once Python closes it (a listening socket
     /// closed by `Server.close()` must refuse connections at once, as with a selector).
     pub fn submit_cancels(&self, py: Python<'_>) -> std::io::Result<()> {
-        let cancels = self.queues.with(py, |q| q.watchers.take_cancels());
+        let cancels = self.queues.with(py, |q| {
+            let mut c = q.watchers.take_cancels();
+            c.extend(q.streams.take_cancels());
+            c
+        });
         if cancels.is_empty() {
             return Ok(());
         }
@@ -199,6 +206,25 @@ impl LoopCore {
         driver.submit_now()
     }
 
+    /// Starts a multishot receive on `fd` whose chunks go to `callback`; `None` when the
+    /// driver has none (the transport reads by readiness then).
+    pub fn recv_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
+        let supported = lock(&self.driver)
+            .as_ref()
+            .is_some_and(|d| d.supports_recv_multi());
+        if !supported {
+            return None;
+        }
+        Some(self.queues.with(py, |q| q.streams.start(fd, callback)))
+    }
+
+    /// Stops a receive started by `recv_start`; chunks still in flight are dropped.
+    pub fn recv_stop(&self, py: Python<'_>, token: u64) {
+        let cb = self.queues.with(py, |q| q.streams.stop(token));
+        drop(cb);
+    }
+
+    /// Pushes a timer onto the heap.
     pub fn push_timer(&self, py: Python<'_>, when: f64, timer: Py<TimerHandle>) {
         self.queues.with(py, |q| q.timers.push(when, timer));
     }
@@ -215,6 +241,7 @@ impl LoopCore {
             }
             out.extend(timers.into_iter().map(Py::into_any));
             out.extend(q.watchers.clear());
+            out.extend(q.streams.clear());
             out.extend(q.free.drain(..).map(Py::into_any));
             out.extend(q.free_timers.drain(..).map(Py::into_any));
             out

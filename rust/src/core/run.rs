@@ -11,9 +11,10 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use super::streams::Action;
 use super::watchers::DriverWork;
 use super::{BackendInfo, LoopCore, Queues, FREE_HANDLES_IDLE, FREE_HANDLES_MAX, MAX_WAIT_SECS};
-use crate::driver::{self, Completion, Op, Requested};
+use crate::driver::{self, Completion, Op, RecvCompletion, Requested, Token};
 use crate::errors::os_error;
 use crate::handles::{lock, Handle, RunOutcome, TimerHandle};
 use crate::sys::python::refcnt;
@@ -27,6 +28,9 @@ const IDLE_SECS: f64 = 1.0;
 #[derive(Default)]
 pub struct Scratch {
     completions: Vec<Completion>,
+    recvs: Vec<RecvCompletion>,
+    /// Receive results ready for their transports: (completion, its bytes if it has data).
+    received: Vec<(RecvCompletion, Option<Py<PyAny>>)>,
     batch: VecDeque<Py<Handle>>,
     to_drop: Vec<Py<PyAny>>,
 }
@@ -43,7 +47,10 @@ impl LoopCore {
         }
         if let Some(old) = slot.take() {
             old.abandon();
-            self.queues.with(py, |q| q.watchers.rearm_all());
+            self.queues.with(py, |q| {
+                q.watchers.rearm_all();
+                q.streams.rearm_all();
+            });
         }
         let (driver, reason) = driver::select(self.requested).map_err(|e| {
             let msg = format!("rsloop: cannot create the {:?} driver: {e}", self.requested);
@@ -96,17 +103,19 @@ impl LoopCore {
     ) -> PyResult<()> {
         self.stats.iterations.add(1);
         // The clock is read outside the cell: on some platforms it calls into Python.
-        let (now_due, next_deadline, work, polls_in_flight) = self.queues.with(py, |q| {
-            self.drop_cancelled_timers(py, q, scratch);
-            let now_due = !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed);
-            let next = q.timers.peek().map(|(when, _)| when);
-            (
-                now_due,
-                next,
-                q.watchers.take_work(),
-                q.watchers.in_flight(),
-            )
-        });
+        let (now_due, next_deadline, work, recv_work, polls_in_flight) =
+            self.queues.with(py, |q| {
+                self.drop_cancelled_timers(py, q, scratch);
+                let now_due = !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed);
+                let next = q.timers.peek().map(|(when, _)| when);
+                (
+                    now_due,
+                    next,
+                    q.watchers.take_work(),
+                    q.streams.take_work(),
+                    q.watchers.in_flight() + q.streams.len(),
+                )
+            });
         // Zero if anything is ready or we are stopping, else until the next timer.
         let mut timeout = if now_due {
             Some(0.0)
@@ -115,15 +124,22 @@ impl LoopCore {
         };
         // Nothing to submit, nothing that could complete and no reason to sleep: the
         // driver has nothing to say this iteration (a call_soon chain never touches it).
-        let driver_idle = timeout == Some(0.0) && work.is_empty() && polls_in_flight == 0;
+        let driver_idle = timeout == Some(0.0)
+            && work.is_empty()
+            && recv_work.0.is_empty()
+            && recv_work.1.is_empty()
+            && polls_in_flight == 0;
         if timeout.is_none_or(|t| t >= IDLE_SECS) {
             self.trim_freelists(py);
         }
         let waited = if driver_idle {
             false
         } else {
-            self.poll_driver(py, &mut timeout, work, scratch)?
+            self.poll_driver(py, &mut timeout, work, recv_work, scratch)?
         };
+        // Receives first: asyncio queues an fd's reader before its writer, so a reset
+        // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
+        self.process_received(py, scratch)?;
         let first_deadline = self.queues.with(py, |q| {
             self.process_completions(py, q, scratch);
             q.timers.peek().map(|(when, _)| when)
@@ -194,12 +210,36 @@ impl LoopCore {
         py: Python<'_>,
         timeout: &mut Option<f64>,
         work: DriverWork,
+        recv_work: (Vec<(Token, i32)>, Vec<Token>),
         scratch: &mut Scratch,
     ) -> PyResult<bool> {
         let mut slot = lock(&self.driver);
         let Some(driver) = slot.as_mut() else {
             return Ok(false);
         };
+        let (recv_arm, recv_cancel) = recv_work;
+        for token in recv_cancel {
+            let _ = driver.cancel(token);
+        }
+        for (token, fd) in recv_arm {
+            if let Err(e) = driver.submit(token, Op::RecvMulti { fd }) {
+                let transient = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ResourceBusy
+                );
+                if transient {
+                    self.queues.with(py, |q| q.streams.arm_later(token));
+                } else {
+                    let code = crate::sys::error_code(&e).unwrap_or(libc::EINVAL);
+                    scratch.recvs.push(RecvCompletion {
+                        token,
+                        result: -code,
+                        buf: None,
+                        more: false,
+                    });
+                }
+            }
+        }
         for token in work.cancel {
             // A cancel the driver could not queue only means the poll completes normally
             // later; its token is already forgotten, so that completion is ignored.
@@ -250,9 +290,52 @@ impl LoopCore {
             driver.wait(wait, completions)
         };
         self.stats.driver.set(driver.counters());
+        // Copy each received chunk into its `bytes` and hand the buffer straight back.
+        driver.take_recvs(&mut scratch.recvs);
+        for c in scratch.recvs.drain(..) {
+            let data = match (c.result, c.buf) {
+                (n, Some(buf)) if n > 0 => {
+                    let bytes = pyo3::types::PyBytes::new(py, driver.recv_bytes(buf, n as usize));
+                    driver.recycle(buf);
+                    Some(bytes.into_any().unbind())
+                }
+                (_, Some(buf)) => {
+                    driver.recycle(buf);
+                    None
+                }
+                _ => None,
+            };
+            scratch.received.push((c, data));
+        }
         drop(slot);
         result.map_err(|e| os_error(&e))?;
         Ok(blocking)
+    }
+
+    // Receive completions become ready handles calling their transport's callback with
+    // the bytes (or the end/error result), queued after this iteration's watcher events.
+    fn process_received(&self, py: Python<'_>, scratch: &mut Scratch) -> PyResult<()> {
+        if scratch.received.is_empty() {
+            return Ok(());
+        }
+        let debug = self.debug();
+        for (c, data) in scratch.received.drain(..) {
+            // An arm the driver refused comes here too, as a final `-errno`.
+            let (action, gone) = self.queues.with(py, |q| q.streams.complete(py, &c));
+            drop(gone);
+            let Action::Deliver(callback) = action else {
+                continue;
+            };
+            let arg: Py<PyAny> = match data {
+                Some(bytes) => bytes,
+                None => c.result.into_pyobject(py)?.into_any().unbind(),
+            };
+            let args = pyo3::types::PyTuple::new(py, [arg])?.unbind();
+            let handle = Py::new(py, Handle::new(callback, args, None, None, debug))?;
+            self.queues.with(py, |q| q.ready.push_back(handle));
+            self.stats.io_events.add(1);
+        }
+        Ok(())
     }
 
     fn process_completions(&self, py: Python<'_>, q: &mut Queues, scratch: &mut Scratch) {

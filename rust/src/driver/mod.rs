@@ -18,7 +18,7 @@ pub mod uring;
 use std::io;
 use std::time::Duration;
 
-pub use op::{Completion, DriverCounters, Interest, Op, Token};
+pub use op::{Completion, DriverCounters, Interest, Op, RecvCompletion, Token};
 
 /// Which backend a caller asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +72,9 @@ impl Waker {
 }
 
 /// One backend, chosen at run time.
+// One per loop, created once and never moved on a hot path: boxing the ring would only add
+// an indirection to every submit.
+#[allow(clippy::large_enum_variant)]
 pub enum Driver {
     /// io_uring (Linux).
     #[cfg(uring)]
@@ -132,6 +135,48 @@ impl Driver {
             #[cfg(uring)]
             Driver::Uring(d) => d.cancel(token),
             Driver::Poll(d) => d.cancel(token),
+        }
+    }
+
+    /// Whether [`Op::RecvMulti`] can be submitted (io_uring with provided-buffer rings and
+    /// multishot receive, probed).
+    pub fn supports_recv_multi(&self) -> bool {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(d) => d.supports_recv_multi(),
+            Driver::Poll(_) => false,
+        }
+    }
+
+    /// Moves the receive completions reaped by the last `wait` into `out`.
+    pub fn take_recvs(&mut self, out: &mut Vec<RecvCompletion>) {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(d) => d.take_recvs(out),
+            Driver::Poll(_) => {}
+        }
+    }
+
+    /// The bytes of a receive completion's buffer (empty if there is no such buffer).
+    pub fn recv_bytes(&self, buf: u16, len: usize) -> &[u8] {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(d) => d.recv_bytes(buf, len),
+            Driver::Poll(_) => {
+                let _ = (buf, len);
+                &[]
+            }
+        }
+    }
+
+    /// Gives a receive buffer back to the kernel.
+    pub fn recycle(&mut self, buf: u16) {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(d) => d.recycle(buf),
+            Driver::Poll(_) => {
+                let _ = buf;
+            }
         }
     }
 

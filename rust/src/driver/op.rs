@@ -73,6 +73,29 @@ pub enum Op {
         /// What to wait for; never empty.
         interest: Interest,
     },
+    /// Multishot receive into the driver's provided buffers (`uring` only, where
+    /// [`supports_recv_multi`](super::Driver::supports_recv_multi) says so; `poll` refuses it
+    /// with `Unsupported` and callers read by readiness there). Unlike `Poll` it yields a
+    /// [`RecvCompletion`] per received chunk, taken with
+    /// [`take_recvs`](super::Driver::take_recvs); the last has `more == false`.
+    RecvMulti {
+        /// The stream socket; the caller keeps it open until the final completion.
+        fd: RawFd,
+    },
+}
+
+/// One chunk (or the end) of a multishot receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvCompletion {
+    /// The token the receive was submitted with.
+    pub token: Token,
+    /// `> 0`: bytes received into `buf`; `0`: end of stream; `< 0`: `-errno`
+    /// (`-ENOBUFS`: the buffers ran out, re-submit; `-ECANCELED` after a cancel).
+    pub result: i32,
+    /// The buffer holding the bytes (read it with `recv_bytes`, then `recycle` it).
+    pub buf: Option<u16>,
+    /// More completions follow for this receive.
+    pub more: bool,
 }
 
 /// The final answer for one submitted operation.

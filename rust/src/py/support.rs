@@ -149,6 +149,20 @@ impl Loop {
         Ok(())
     }
 
+    /// Starts a multishot receive for a transport (`None`: read by readiness instead).
+    pub(crate) fn recv_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
+        self.core.recv_start(py, fd, callback)
+    }
+
+    /// Stops a receive started by `recv_start`, telling the kernel at once: bytes that
+    /// arrive from now on stay in the socket (flow control works as with a reader).
+    pub(crate) fn recv_stop(&self, py: Python<'_>, token: u64) -> PyResult<()> {
+        self.core.recv_stop(py, token);
+        self.core
+            .submit_cancels(py)
+            .map_err(|e| crate::errors::os_error(&e))
+    }
+
     pub(super) fn schedule_at(
         &self,
         py: Python<'_>,

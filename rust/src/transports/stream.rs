@@ -25,7 +25,7 @@ use pyo3::PyTraverseError;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::py::loop_::Loop;
-use crate::sys::buffer::{buffer_to_vec, recv_into_buffer};
+use crate::sys::buffer::{buffer_to_vec, copy_into_buffer, recv_into_buffer};
 use crate::sys::gil::GilCell;
 use crate::sys::sock::{self, MAX_IOV};
 
@@ -96,6 +96,14 @@ struct State {
     protocol_paused: bool,
     /// `loop.sendfile` in progress: the future that resolves when the queue is empty.
     empty_waiter: Option<Py<PyAny>>,
+    /// The loop's multishot receive feeding this transport (io_uring), if reading so.
+    recv_token: Option<u64>,
+    /// The kernel refused the multishot receive: read by readiness from now on.
+    readiness_only: bool,
+    /// Chunks (or the end-of-stream/error result) that arrived while reading was paused,
+    /// handed to the protocol once it resumes: a completed receive cannot be left in the
+    /// kernel as a readiness-based transport leaves its data.
+    stash: VecDeque<Py<PyAny>>,
 }
 
 /// What a write found: go on, or report a Python-side action.
@@ -305,6 +313,9 @@ impl StreamCore {
                 low: DEFAULT_HIGH / 4,
                 protocol_paused: false,
                 empty_waiter: None,
+                recv_token: None,
+                readiness_only: false,
+                stash: VecDeque::new(),
             }),
         })
     }
@@ -341,7 +352,7 @@ impl StreamCore {
     /// Starts watching for data (scheduled right after `connection_made`).
     fn _start_reading(slf: &Bound<'_, Self>) -> PyResult<()> {
         if slf.get().is_reading(slf.py()) {
-            slf.get().watch(slf, Side::Read)?;
+            slf.get().start_read(slf)?;
         }
         Ok(())
     }
@@ -382,6 +393,51 @@ impl StreamCore {
             Ok(_) => Ok(()),
             Err(e) if is_exit(&e, py) => Err(e),
             Err(e) => this.fatal(py, e, "Fatal error: protocol.data_received() call failed."),
+        }
+    }
+
+    /// A multishot receive delivered a chunk (`bytes`) or ended (`int`: 0 at end of
+    /// stream, else `-errno`).
+    fn _on_recv(slf: &Bound<'_, Self>, arg: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        // 0: drop (no reading after close(), as with a removed reader); 1: keep for the
+        // resume; 2: queue behind earlier stashed chunks and drain; 3: deliver.
+        let mut arg = Some(arg);
+        let step = this.state.with(py, |s| {
+            if s.conn_lost > 0 || s.closing {
+                0
+            } else if s.paused {
+                s.stash.extend(arg.take());
+                1
+            } else if !s.stash.is_empty() {
+                s.stash.extend(arg.take());
+                2
+            } else {
+                3
+            }
+        });
+        match (step, arg) {
+            (2, _) => Self::_drain_stash(slf),
+            (3, Some(arg)) => this.handle_recv(slf, arg),
+            _ => Ok(()),
+        }
+    }
+
+    /// Hands the chunks stashed during a pause to the protocol (scheduled by resume).
+    fn _drain_stash(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        loop {
+            let next = this.state.with(py, |s| {
+                if s.conn_lost > 0 || s.closing || s.paused {
+                    None
+                } else {
+                    s.stash.pop_front()
+                }
+            });
+            let Some(arg) = next else { return Ok(()) };
+            this.handle_recv(slf, arg)?;
         }
     }
 
@@ -574,7 +630,7 @@ impl StreamCore {
         if was_closing {
             return Ok(());
         }
-        self.unwatch(py, Side::Read)?;
+        self.stop_read(py)?;
         if empty {
             self.state.with(py, |s| s.conn_lost += 1);
             self.unwatch(py, Side::Write)?;
@@ -604,7 +660,7 @@ impl StreamCore {
         }
         if !was_closing {
             self.state.with(py, |s| s.closing = true);
-            self.unwatch(py, Side::Read)?;
+            self.stop_read(py)?;
         }
         self.state.with(py, |s| s.conn_lost += 1);
         self.schedule_connection_lost(py, exc)
@@ -647,7 +703,7 @@ impl StreamCore {
             true
         });
         if go {
-            self.unwatch(py, Side::Read)?;
+            self.stop_read(py)?;
         }
         Ok(())
     }
@@ -663,7 +719,11 @@ impl StreamCore {
             true
         });
         if go {
-            this.watch(slf, Side::Read)?;
+            this.start_read(slf)?;
+            if this.state.with(py, |s| !s.stash.is_empty()) {
+                let cb = slf.getattr(intern!(py, "_drain_stash"))?.unbind();
+                this.call_soon(py, cb, PyTuple::empty(py).unbind())?;
+            }
         }
         Ok(())
     }
@@ -672,13 +732,21 @@ impl StreamCore {
         self.protocol(py)
     }
 
-    fn set_protocol(&self, py: Python<'_>, protocol: Py<PyAny>) -> PyResult<()> {
+    fn set_protocol(slf: &Bound<'_, Self>, protocol: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
         let buffered = protocol.bind(py).is_instance(buffered_protocol_type(py)?)?;
-        let old = self.state.with(py, |s| {
+        let (old, switched) = this.state.with(py, |s| {
+            let switched = s.buffered != buffered;
             s.buffered = buffered;
-            s.protocol.replace(protocol)
+            (s.protocol.replace(protocol), switched)
         });
         drop(old);
+        if switched && this.is_reading(py) {
+            // Change how this transport reads (receive vs readiness, see `start_read`).
+            this.stop_read(py)?;
+            this.start_read(slf)?;
+        }
         Ok(())
     }
 
@@ -776,6 +844,130 @@ impl StreamCore {
 }
 
 impl StreamCore {
+    /// Starts reading: a multishot receive where the loop has one, else the fd's reader.
+    fn start_read(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        // A BufferedProtocol reads by readiness: `recv_into` its own buffer (no copy), and
+        // bytes it did not take stay in the kernel, as with asyncio (a failing protocol's
+        // socket then closes with an RST, not a FIN).
+        let (active, by_readiness) = self.state.with(py, |s| {
+            (s.recv_token.is_some(), s.readiness_only || s.buffered)
+        });
+        if active {
+            return Ok(());
+        }
+        if !by_readiness {
+            let cb = slf.getattr(intern!(py, "_on_recv"))?.unbind();
+            if let Some(token) = self.loop_.get().recv_start(py, self.fd, cb) {
+                self.state.with(py, |s| s.recv_token = Some(token));
+                return Ok(());
+            }
+        }
+        self.watch(slf, Side::Read)
+    }
+
+    /// Stops reading (the receive, or the reader).
+    fn stop_read(&self, py: Python<'_>) -> PyResult<()> {
+        match self.state.with(py, |s| s.recv_token.take()) {
+            Some(token) => self.loop_.get().recv_stop(py, token),
+            None => self.unwatch(py, Side::Read),
+        }
+    }
+
+    /// One receive result for the protocol, as `_read_ready` would have produced it.
+    fn handle_recv(&self, slf: &Bound<'_, Self>, arg: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let Some(protocol) = self.protocol(py) else {
+            return Ok(());
+        };
+        let data = match arg.bind(py).cast::<PyBytes>() {
+            Ok(b) => b.clone(),
+            Err(_) => {
+                let result: i32 = arg.extract(py)?;
+                if result == 0 {
+                    return self.on_eof(slf, protocol);
+                }
+                let code = -result;
+                let fallback = code == libc::EINVAL || code == libc::EOPNOTSUPP;
+                if fallback && self.state.with(py, |s| !s.readiness_only) {
+                    // This kernel refuses multishot receive on this socket: readiness then.
+                    self.stop_read(py)?;
+                    self.state.with(py, |s| s.readiness_only = true);
+                    return self.start_read(slf);
+                }
+                let err = os_error(&io::Error::from_raw_os_error(code));
+                return self.fatal(py, err, "Fatal read error on socket transport");
+            }
+        };
+        if self.state.with(py, |s| s.buffered) {
+            return self.feed_buffered(slf, protocol, data);
+        }
+        match protocol.call_method1(py, intern!(py, "data_received"), (data,)) {
+            Ok(_) => Ok(()),
+            Err(e) if is_exit(&e, py) => Err(e),
+            Err(e) => self.fatal(py, e, "Fatal error: protocol.data_received() call failed."),
+        }
+    }
+
+    /// A received chunk into a `BufferedProtocol`: `get_buffer(-1)` / copy /
+    /// `buffer_updated(n)` until the chunk is used up, as successive `recv_into` would.
+    fn feed_buffered(
+        &self,
+        slf: &Bound<'_, Self>,
+        protocol: Py<PyAny>,
+        data: Bound<'_, PyBytes>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let all = data.as_bytes();
+        let mut off = 0;
+        while off < all.len() {
+            let buf = match protocol
+                .call_method1(py, intern!(py, "get_buffer"), (-1,))
+                .and_then(|b| {
+                    if b.bind(py).len()? == 0 {
+                        Err(PyRuntimeError::new_err(
+                            "get_buffer() returned an empty buffer",
+                        ))
+                    } else {
+                        Ok(b)
+                    }
+                }) {
+                Ok(b) => b,
+                Err(e) if is_exit(&e, py) => return Err(e),
+                Err(e) => {
+                    return self.fatal(py, e, "Fatal error: protocol.get_buffer() call failed.")
+                }
+            };
+            let n = match copy_into_buffer(buf.bind(py), &all[off..]) {
+                Ok(n) => n,
+                Err(e) => return self.fatal(py, e, "Fatal read error on socket transport"),
+            };
+            drop(buf);
+            off += n;
+            if let Err(e) = protocol.call_method1(py, intern!(py, "buffer_updated"), (n,)) {
+                if is_exit(&e, py) {
+                    return Err(e);
+                }
+                return self.fatal(py, e, "Fatal error: protocol.buffer_updated() call failed.");
+            }
+            let stop = self
+                .state
+                .with(py, |s| s.conn_lost > 0 || s.closing || s.paused);
+            if stop {
+                if off < all.len() {
+                    let rest = PyBytes::new(py, &all[off..]).into_any().unbind();
+                    self.state.with(py, |s| {
+                        if s.conn_lost == 0 && !s.closing {
+                            s.stash.push_front(rest);
+                        }
+                    });
+                }
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
     fn queue_rest(
         &self,
         py: Python<'_>,
@@ -807,7 +999,7 @@ impl StreamCore {
             }
         };
         if keep_open {
-            self.unwatch(py, Side::Read)
+            self.stop_read(py)
         } else {
             self.close(py)
         }

@@ -79,6 +79,11 @@ impl PollDriver {
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
         match op {
             Op::Poll { fd, interest } => self.submit_poll(token, fd, interest),
+            // Readiness drivers read by readiness: callers check `supports_recv_multi`.
+            Op::RecvMulti { .. } => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "driver: the poll backend has no multishot receive",
+            )),
         }
     }
 

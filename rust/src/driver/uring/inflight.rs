@@ -24,6 +24,8 @@ pub(super) struct Entry {
     pub(super) fd: RawFd,
     /// For Poll: what it waits for (error conditions report all of it).
     pub(super) interest: Interest,
+    /// A multishot receive (else a Poll).
+    pub(super) recv: bool,
 }
 
 #[derive(Debug, Default)]
@@ -39,6 +41,8 @@ pub(super) struct Inflight {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_token: HashMap<Token, u64>,
+    /// Multishot receives in flight (their buffers must outlive them).
+    recvs: usize,
 }
 
 impl Inflight {
@@ -47,8 +51,19 @@ impl Inflight {
         self.by_token.len()
     }
 
+    /// Number of multishot receives in flight.
+    pub(super) fn recvs(&self) -> usize {
+        self.recvs
+    }
+
     /// Records an op; `None` if `token` already has one in flight.
-    pub(super) fn insert(&mut self, token: Token, fd: RawFd, interest: Interest) -> Option<u64> {
+    pub(super) fn insert(
+        &mut self,
+        token: Token,
+        fd: RawFd,
+        interest: Interest,
+        recv: bool,
+    ) -> Option<u64> {
         if self.by_token.contains_key(&token) {
             return None;
         }
@@ -64,7 +79,11 @@ impl Inflight {
             token,
             fd,
             interest,
+            recv,
         });
+        if recv {
+            self.recvs += 1;
+        }
         slot.cancel_sent = false;
         let user_data = (u64::from(slot.generation) << 32) | u64::from(index);
         self.by_token.insert(token, user_data);
@@ -102,6 +121,9 @@ impl Inflight {
         let slot = self.slot_mut(user_data)?;
         let entry = slot.entry.take()?;
         slot.generation = (slot.generation + 1) & GENERATION_MASK;
+        if entry.recv {
+            self.recvs -= 1;
+        }
         self.free.push(index);
         self.by_token.remove(&entry.token);
         Some(entry)
@@ -126,9 +148,9 @@ mod tests {
     #[test]
     fn insert_complete_reuse() {
         let mut t = Inflight::default();
-        let a = t.insert(10, 3, Interest::READABLE).expect("slot");
+        let a = t.insert(10, 3, Interest::READABLE, false).expect("slot");
         assert!(
-            t.insert(10, 3, Interest::READABLE).is_none(),
+            t.insert(10, 3, Interest::READABLE, false).is_none(),
             "duplicate token"
         );
         assert_eq!(t.get(a).map(|(e, sent)| (e.fd, sent)), Some((3, false)));
@@ -137,11 +159,12 @@ mod tests {
         assert_eq!(t.cancel_target(10), None, "cancel sent once");
         assert_eq!(t.complete(a).map(|e| e.token), Some(10));
         assert_eq!(t.complete(a), None);
-        let b = t.insert(11, 3, Interest::WRITABLE).expect("slot");
+        let b = t.insert(11, 3, Interest::WRITABLE, true).expect("slot");
         assert_ne!(a, b, "reused slot has a new generation");
         assert_eq!(a & 0xffff_ffff, b & 0xffff_ffff);
         assert_eq!(t.complete(a), None, "stale user_data");
         assert_eq!(t.len(), 1);
+        assert_eq!(t.recvs(), 1);
         assert!(b <= MAX_USER_DATA);
     }
 }

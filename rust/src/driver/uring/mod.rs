@@ -11,6 +11,7 @@
 //! driver re-arms such ops from the waiting thread, so `-ECANCELED` still means "you
 //! cancelled it".
 
+mod bufring;
 mod inflight;
 mod ops;
 mod probe;
@@ -22,10 +23,11 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
-use io_uring::{squeue, types, IoUring};
+use io_uring::{cqueue, squeue, types, IoUring};
 
-use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
+use crate::driver::op::{Completion, DriverCounters, Interest, Op, RecvCompletion, Token};
 use crate::sys;
+use bufring::BufRing;
 use inflight::Inflight;
 
 /// user_data of the waker's eventfd READ (or POLL_ADD) op.
@@ -102,6 +104,11 @@ pub struct UringDriver {
     timeout_ts: Box<types::Timespec>,
     counters: DriverCounters,
     pid: u32,
+    /// Provided buffers for multishot receives, when the kernel takes them. Dropped after
+    /// the ring (field order), so the kernel is done with them first.
+    bufs: Option<BufRing>,
+    /// Receive completions reaped by the last `wait`, for `take_recvs`.
+    recvs: Vec<RecvCompletion>,
 }
 
 impl UringDriver {
@@ -121,7 +128,14 @@ impl UringDriver {
         } else {
             WakeMode::Poll
         };
+        let bufs = if features.recv_multi {
+            register_bufs(&ring)
+        } else {
+            None
+        };
         Ok(UringDriver {
+            bufs,
+            recvs: Vec::new(),
             ring: ManuallyDrop::new(ring),
             wake_fd,
             wake_buf: WakeBuf(NonNull::from(Box::leak(Box::new(0u64)))),
@@ -139,20 +153,64 @@ impl UringDriver {
     /// Queues `op` under `token` in the SQ ring; the kernel sees it at the next `wait`
     /// (or now, if the SQ is full and must be flushed to make room).
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
-        let Op::Poll { fd, interest } = op;
-        check_op(token, interest)?;
-        let Some(user_data) = self.inflight.insert(token, fd, interest) else {
+        let (fd, interest, recv) = match op {
+            Op::Poll { fd, interest } => {
+                check_op(token, interest)?;
+                (fd, interest, false)
+            }
+            Op::RecvMulti { fd } => {
+                check_token(token)?;
+                if self.bufs.is_none() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "io_uring: no multishot receive on this kernel",
+                    ));
+                }
+                (fd, Interest::NONE, true)
+            }
+        };
+        let Some(user_data) = self.inflight.insert(token, fd, interest, recv) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "driver: token already has an operation in flight",
             ));
         };
-        if let Err(e) = self.push(&ops::poll_add(fd, interest).user_data(user_data)) {
+        let sqe = if recv {
+            ops::recv_multi(fd, bufring::GROUP)
+        } else {
+            ops::poll_add(fd, interest)
+        };
+        if let Err(e) = self.push(&sqe.user_data(user_data)) {
             self.inflight.complete(user_data);
             return Err(e);
         }
         self.counters.submissions += 1;
         Ok(())
+    }
+
+    /// Whether `Op::RecvMulti` can be submitted.
+    pub fn supports_recv_multi(&self) -> bool {
+        self.bufs.is_some()
+    }
+
+    /// Moves the receive completions of the last `wait` into `out`.
+    pub fn take_recvs(&mut self, out: &mut Vec<RecvCompletion>) {
+        out.append(&mut self.recvs);
+    }
+
+    /// The first `len` bytes of receive buffer `buf`.
+    pub fn recv_bytes(&self, buf: u16, len: usize) -> &[u8] {
+        match &self.bufs {
+            Some(b) => b.bytes(buf, len),
+            None => &[],
+        }
+    }
+
+    /// Gives receive buffer `buf` back to the kernel.
+    pub fn recycle(&mut self, buf: u16) {
+        if let Some(b) = &mut self.bufs {
+            b.recycle(buf);
+        }
     }
 
     /// Queues an ASYNC_CANCEL for `token`'s op; that op's final completion (`-ECANCELED`, or
@@ -334,6 +392,7 @@ impl UringDriver {
                 TOKEN_CANCEL | TOKEN_TIMEOUT => {}
                 user_data => {
                     let res = cqe.result();
+                    let flags = cqe.flags();
                     if res == -libc::ECANCELED {
                         if let Some((_, false)) = self.inflight.get(user_data) {
                             // Not our cancel: the thread that submitted the op exited and
@@ -341,6 +400,22 @@ impl UringDriver {
                             self.rearm.push(user_data);
                             continue;
                         }
+                    }
+                    let Some((entry, _)) = self.inflight.get(user_data) else {
+                        continue;
+                    };
+                    if entry.recv {
+                        let more = cqueue::more(flags);
+                        if !more {
+                            self.inflight.complete(user_data);
+                        }
+                        self.recvs.push(RecvCompletion {
+                            token: entry.token,
+                            result: res,
+                            buf: cqueue::buffer_select(flags),
+                            more,
+                        });
+                        continue;
                     }
                     if let Some(entry) = self.inflight.complete(user_data) {
                         out.push(Completion {
@@ -360,13 +435,26 @@ impl UringDriver {
             let Some((entry, _)) = self.inflight.get(user_data) else {
                 continue;
             };
-            let sqe = ops::poll_add(entry.fd, entry.interest).user_data(user_data);
-            if self.push(&sqe).is_err() {
+            let sqe = if entry.recv {
+                ops::recv_multi(entry.fd, bufring::GROUP)
+            } else {
+                ops::poll_add(entry.fd, entry.interest)
+            };
+            if self.push(&sqe.user_data(user_data)).is_err() {
                 self.inflight.complete(user_data);
-                out.push(Completion {
-                    token: entry.token,
-                    result: -libc::ECANCELED,
-                });
+                if entry.recv {
+                    self.recvs.push(RecvCompletion {
+                        token: entry.token,
+                        result: -libc::ECANCELED,
+                        buf: None,
+                        more: false,
+                    });
+                } else {
+                    out.push(Completion {
+                        token: entry.token,
+                        result: -libc::ECANCELED,
+                    });
+                }
             }
         }
         self.rearm.clear();
@@ -411,9 +499,18 @@ impl Drop for UringDriver {
             // the parent's ring as it was. The buffer is leaked (see `abandon`).
             // SAFETY: dropped once, never used again.
             unsafe { ManuallyDrop::drop(&mut self.ring) };
+            // The parent's kernel writes into the parent's pages, never into this copy, but
+            // stay on the safe side as for the waker buffer.
+            std::mem::forget(self.bufs.take());
             return;
         }
         let buf_free = self.retire_waker();
+        if self.inflight.recvs() > 0 {
+            // A receive may still be writing into a buffer while the ring is torn down
+            // (asynchronously, in the kernel): leak the buffers rather than free them under
+            // it. Loops close their transports first, so this is the rare case.
+            std::mem::forget(self.bufs.take());
+        }
         // Closing the ring fd makes the kernel cancel what is still in flight; user ops carry
         // no buffers, so nothing of ours is written after this.
         // SAFETY: dropped once, never used again.
@@ -436,6 +533,32 @@ fn tolerated(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN)
     )
+}
+
+/// Registers a provided-buffer ring; `None` where the kernel refuses it (before 5.19).
+fn register_bufs(ring: &IoUring) -> Option<BufRing> {
+    let bufs = BufRing::new().ok()?;
+    // SAFETY: the ring memory is page-aligned, holds `ENTRIES` initialised entries and lives
+    // in `UringDriver::bufs`, which is dropped only after the ring (or leaked).
+    let res = unsafe {
+        ring.submitter().register_buf_ring_with_flags(
+            bufs.ring_addr(),
+            bufring::ENTRIES,
+            bufring::GROUP,
+            0,
+        )
+    };
+    res.ok().map(|()| bufs)
+}
+
+fn check_token(token: Token) -> io::Result<()> {
+    if token == u64::MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "driver: token u64::MAX is reserved",
+        ));
+    }
+    Ok(())
 }
 
 fn check_op(token: Token, interest: Interest) -> io::Result<()> {

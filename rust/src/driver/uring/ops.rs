@@ -38,6 +38,12 @@ pub(super) fn poll_result(mask: i32, requested: Interest) -> i32 {
     i32::from(ready.bits() & requested.bits())
 }
 
+/// Multishot receive into provided-buffer group `group`. Needs Linux 6.0 (multishot
+/// receive) and 5.19 (buffer rings).
+pub(super) fn recv_multi(fd: RawFd, group: u16) -> squeue::Entry {
+    opcode::RecvMulti::new(types::Fd(fd), group).build()
+}
+
 /// Cancels the op whose SQE carried `user_data`. Needs Linux 5.5 (`IORING_OP_ASYNC_CANCEL`).
 pub(super) fn cancel(user_data: u64) -> squeue::Entry {
     opcode::AsyncCancel::new(user_data).build()

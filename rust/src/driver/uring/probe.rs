@@ -19,6 +19,8 @@ pub(super) struct Features {
     pub(super) ext_arg: bool,
     /// `IORING_OP_READ` (5.6): the waker can read its eventfd in the ring.
     pub(super) read: bool,
+    /// Multishot receive looks available (see `setup`).
+    pub(super) recv_multi: bool,
 }
 
 /// Calls `build` with each size in turn while it fails with `ENOMEM`.
@@ -64,6 +66,11 @@ pub(super) fn setup(sizes: &[u32]) -> io::Result<(IoUring, Features)> {
     let features = Features {
         ext_arg: params.is_feature_ext_arg(),
         read: probe.is_supported(opcode::Read::CODE),
+        // Multishot receive (Linux 6.0) has no opcode of its own; SEND_ZC arrived in the
+        // same release, so the probe answering for it is the earliest sign. A kernel that
+        // still refuses the flag answers the receive with -EINVAL, and the caller falls
+        // back to readiness for that socket.
+        recv_multi: probe.is_supported(opcode::SendZc::CODE),
     };
     let mut required = vec![
         ("PollAdd", opcode::PollAdd::CODE),

@@ -1,0 +1,171 @@
+//! Multishot receives of the stream transports (io_uring): which callback gets which chunk.
+//! Owns: the token → receive table, arming and cancelling at the next flush, deciding
+//! what each receive completion means for its transport. Not: the kernel side
+//! (`driver/`), what the transport does with the data (`transports/stream.rs`).
+//!
+//! A transport starts a receive with a callback (its `_on_recv`); each chunk the kernel
+//! delivers becomes one ready handle calling it with a `bytes`, queued like a watcher's
+//! handle, so ordering against other callbacks is asyncio's. End of stream (`0`) and
+//! errors (`-errno`) reach the callback as an `int`. A multishot receive the kernel ends
+//! while the transport still reads (buffers ran out, or it just stopped) is re-armed here.
+
+use std::collections::HashMap;
+
+use pyo3::prelude::*;
+
+use crate::driver::{RecvCompletion, Token};
+
+/// Receive tokens live above the watchers' (which count up from 1).
+pub const TOKEN_BASE: Token = 1 << 48;
+
+struct Recv {
+    fd: i32,
+    callback: Py<PyAny>,
+    armed: bool,
+    /// Stopped while in flight: cancelled, but chunks the kernel already took from the
+    /// socket still reach the transport (which keeps them if it is only paused) until the
+    /// final completion, so a pause never loses bytes.
+    stopped: bool,
+}
+
+/// What a receive completion asks of the loop.
+pub enum Action {
+    /// Nothing (a chunk of a stopped receive, a spent buffer run).
+    None,
+    /// Call the callback with the received bytes (built by the caller) or the result.
+    Deliver(Py<PyAny>),
+}
+
+/// The table of multishot receives.
+#[derive(Default)]
+pub struct Streams {
+    by_token: HashMap<Token, Recv>,
+    next: Token,
+    to_arm: Vec<Token>,
+    to_cancel: Vec<Token>,
+}
+
+impl Streams {
+    /// Whether `token` is one of ours.
+    pub fn owns(token: Token) -> bool {
+        token >= TOKEN_BASE
+    }
+
+    /// Receives registered (armed or waiting to be).
+    pub fn len(&self) -> usize {
+        self.by_token.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_token.is_empty()
+    }
+
+    /// Registers a receive on `fd`; armed at the next flush.
+    pub fn start(&mut self, fd: i32, callback: Py<PyAny>) -> Token {
+        self.next += 1;
+        let token = TOKEN_BASE + self.next;
+        self.by_token.insert(
+            token,
+            Recv {
+                fd,
+                callback,
+                armed: false,
+                stopped: false,
+            },
+        );
+        self.to_arm.push(token);
+        token
+    }
+
+    /// Stops a receive: cancelled if in flight (its last chunks still come, see `Recv`),
+    /// else forgotten; returns a callback for the caller to drop outside the cell.
+    pub fn stop(&mut self, token: Token) -> Option<Py<PyAny>> {
+        let r = self.by_token.get_mut(&token)?;
+        if r.armed {
+            if !r.stopped {
+                r.stopped = true;
+                self.to_cancel.push(token);
+            }
+            return None;
+        }
+        self.by_token.remove(&token).map(|r| r.callback)
+    }
+
+    /// (receives to arm as (token, fd), tokens to cancel) since the last flush.
+    pub fn take_work(&mut self) -> (Vec<(Token, i32)>, Vec<Token>) {
+        let mut arm = Vec::new();
+        for token in std::mem::take(&mut self.to_arm) {
+            if let Some(r) = self.by_token.get_mut(&token) {
+                if !r.armed {
+                    r.armed = true;
+                    arm.push((token, r.fd));
+                }
+            }
+        }
+        (arm, std::mem::take(&mut self.to_cancel))
+    }
+
+    /// Only the cancels (see `LoopCore::submit_cancels`).
+    pub fn take_cancels(&mut self) -> Vec<Token> {
+        std::mem::take(&mut self.to_cancel)
+    }
+
+    /// An arm the driver could not queue now: try again at the next flush.
+    pub fn arm_later(&mut self, token: Token) {
+        if let Some(r) = self.by_token.get_mut(&token) {
+            r.armed = false;
+            self.to_arm.push(token);
+        }
+    }
+
+    /// What `c` means: deliver it, or nothing; re-arms a receive the kernel ended while
+    /// its transport still reads, forgets a stopped one at its final completion. The
+    /// second value is a callback to drop outside the cell.
+    pub fn complete(&mut self, py: Python<'_>, c: &RecvCompletion) -> (Action, Option<Py<PyAny>>) {
+        let Some(r) = self.by_token.get_mut(&c.token) else {
+            return (Action::None, None);
+        };
+        let quiet = c.result == -libc::ENOBUFS || c.result == -libc::ECANCELED;
+        let action = if c.result > 0 || !quiet {
+            Action::Deliver(r.callback.clone_ref(py))
+        } else {
+            Action::None
+        };
+        if c.more {
+            return (action, None);
+        }
+        r.armed = false;
+        if r.stopped {
+            let gone = self.by_token.remove(&c.token).map(|r| r.callback);
+            return (action, gone);
+        }
+        if c.result > 0 || quiet {
+            self.to_arm.push(c.token);
+        }
+        (action, None)
+    }
+
+    /// Forgets every receive in flight and queues all for arming (a new driver after fork).
+    pub fn rearm_all(&mut self) {
+        self.to_cancel.clear();
+        self.to_arm.clear();
+        self.by_token.retain(|_, r| !r.stopped);
+        for (token, r) in self.by_token.iter_mut() {
+            r.armed = false;
+            self.to_arm.push(*token);
+        }
+    }
+
+    /// Every Python object held (for the collector).
+    pub fn objects(&self) -> impl Iterator<Item = &Py<PyAny>> + '_ {
+        self.by_token.values().map(|r| &r.callback)
+    }
+
+    /// Removes everything (loop close).
+    pub fn clear(&mut self) -> Vec<Py<PyAny>> {
+        self.to_arm.clear();
+        self.to_cancel.clear();
+        self.by_token.drain().map(|(_, r)| r.callback).collect()
+    }
+}
