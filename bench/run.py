@@ -39,9 +39,10 @@ ALL_LOOPS = [
     "rsloop-poll",
     "pypi-rsloop",
     "rsloop-nostats",
+    "rsloop-readiness",
 ]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
-OURS = ("rsloop", "rsloop-poll", "rsloop-nostats")
+OURS = ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-readiness")
 NOT_INSTALLED = 3
 CHILD_TIMEOUT = 120.0  # seconds; every child is killed past this
 
@@ -138,8 +139,13 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
     env.pop("PYTHONASYNCIODEBUG", None)
     env["PYTHONHASHSEED"] = "0"
     python = args.python
+    env.pop("RSLOOP_URING_RECV", None)
     if loop == "rsloop-poll":
         env["RSLOOP_BACKEND"] = "poll"
+    elif loop == "rsloop-readiness":
+        # io_uring, but transports read by readiness (POLL_ADD + recv), as before
+        # multishot receive: measures what the receive path alone brings.
+        env["RSLOOP_URING_RECV"] = "readiness"
     elif loop == "pypi-rsloop":
         python = args.pypi_rsloop_python
     elif loop == "rsloop-nostats":

@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use io_uring::types::BufRingEntry;
 
 /// Buffers in the ring (a power of two).
-pub(super) const ENTRIES: u16 = 64;
-/// Bytes per buffer: 64 x 32 KiB = 2 MiB of address space, touched only as used.
-pub(super) const BUF_SIZE: usize = 32 * 1024;
+pub(super) const ENTRIES: u16 = 32;
+/// Bytes per buffer (asyncio reads up to 256 KiB at once; a larger message arrives in
+/// several chunks): 32 x 64 KiB = 2 MiB of address space, touched only as used.
+pub(super) const BUF_SIZE: usize = 64 * 1024;
 /// The buffer group id receives name.
 pub(super) const GROUP: u16 = 0;
 

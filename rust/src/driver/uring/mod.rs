@@ -52,6 +52,8 @@ pub struct UringOptions {
     pub no_ext_arg: bool,
     /// Wake through POLL_ADD + read(2) as if eventfd reads could not wait in the ring.
     pub poll_waker: bool,
+    /// No multishot receive: transports read by readiness (`RSLOOP_URING_RECV=readiness`).
+    pub no_recv_multi: bool,
 }
 
 /// A thread-safe handle that interrupts [`UringDriver::wait`] by writing its eventfd.
@@ -115,7 +117,11 @@ impl UringDriver {
     /// Creates a small ring (retrying smaller on ENOMEM), probes the opcodes it needs and
     /// arms the waker. Errors read like `io_uring_setup: EPERM (Operation not permitted)`.
     pub fn new() -> io::Result<Self> {
-        Self::with_options(UringOptions::default())
+        let no_recv_multi = std::env::var_os("RSLOOP_URING_RECV").is_some_and(|v| v == "readiness");
+        Self::with_options(UringOptions {
+            no_recv_multi,
+            ..UringOptions::default()
+        })
     }
 
     /// [`new`](Self::new) with test knobs.
@@ -128,7 +134,7 @@ impl UringDriver {
         } else {
             WakeMode::Poll
         };
-        let bufs = if features.recv_multi {
+        let bufs = if features.recv_multi && !options.no_recv_multi {
             register_bufs(&ring)
         } else {
             None
