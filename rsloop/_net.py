@@ -113,10 +113,9 @@ class NetMixin:
 
     def _stop_serving(self, sock) -> None:
         path = sock.getsockname() if sock in self._unix_server_sockets else None
+        # (On io_uring the removal cancels the in-flight poll at once, so the close below
+        # really closes the listening socket.)
         self._remove_reader(sock.fileno())  # type: ignore[attr-defined]
-        # io_uring: an in-flight poll holds the file; cancel it before the close, or the
-        # socket would keep accepting (and resetting) connections until the next iteration.
-        self._submit_cancels()  # type: ignore[attr-defined]
         sock.close()
         if path is not None:
             inode = self._unix_server_sockets.pop(sock)

@@ -428,3 +428,21 @@ def test_sock_recv_style_future_via_reader(loop, pair):
 
     loop.call_later(0.01, b.send, b"await")
     assert loop.run_until_complete(asyncio.wait_for(recv(), 10)) == b"await"
+
+
+def test_closing_a_socket_right_after_remove_reader_closes_it(loop):
+    # A selector holds no reference to the file: once the reader is removed, close()
+    # closes the listening socket at once and a connect is refused, not accepted and
+    # reset (io_uring's in-flight poll would keep the file open until it is cancelled).
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen()
+    ls.setblocking(False)
+    addr = ls.getsockname()
+    loop.add_reader(ls.fileno(), lambda: None)
+    loop.call_soon(loop.stop)
+    loop.run_forever()  # the watcher is armed in the kernel now
+    assert loop.remove_reader(ls.fileno())
+    ls.close()
+    with socket.socket() as c, pytest.raises(ConnectionRefusedError):
+        c.connect(addr)

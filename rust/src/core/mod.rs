@@ -186,6 +186,15 @@ impl LoopCore {
     /// in-flight poll keeps an fd's file alive once Python closes it (a listening socket
     /// closed by `Server.close()` must refuse connections at once, as with a selector).
     pub fn submit_cancels(&self, py: Python<'_>) -> std::io::Result<()> {
+        // Another thread (breaking the one-thread rule) may be waiting in the driver with
+        // the GIL released: never block on it while holding the GIL; the cancels then go
+        // out with the next flush, as they always did.
+        let Ok(mut slot) = self.driver.try_lock() else {
+            return Ok(());
+        };
+        let Some(driver) = slot.as_mut() else {
+            return Ok(());
+        };
         let cancels = self.queues.with(py, |q| {
             let mut c = q.watchers.take_cancels();
             c.extend(q.streams.take_cancels());
@@ -194,10 +203,6 @@ impl LoopCore {
         if cancels.is_empty() {
             return Ok(());
         }
-        let mut slot = lock(&self.driver);
-        let Some(driver) = slot.as_mut() else {
-            return Ok(());
-        };
         for token in cancels {
             // A cancel that cannot be queued only means the poll completes normally later;
             // its token is already forgotten.

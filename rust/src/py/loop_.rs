@@ -348,13 +348,6 @@ impl Loop {
         self.remove_watcher(py, fd, Side::Write)
     }
 
-    /// Submits the pending watcher cancels now (before Python closes an fd).
-    fn _submit_cancels(&self, py: Python<'_>) -> PyResult<()> {
-        self.core
-            .submit_cancels(py)
-            .map_err(|e| crate::errors::os_error(&e))
-    }
-
     fn remove_reader(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.remove_watcher(py, fd, Side::Read)
     }

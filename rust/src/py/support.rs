@@ -249,6 +249,12 @@ impl Loop {
         match removed {
             Some((h, _fileobj)) => {
                 Handle::cancel_inner(h.bind(py))?;
+                // A poll in flight holds the fd's file: cancel it now, so a close() right
+                // after this call closes the socket at once, as with a selector. Nothing is
+                // in flight (no syscall) when the watcher's own callback removes it.
+                self.core
+                    .submit_cancels(py)
+                    .map_err(|e| crate::errors::os_error(&e))?;
                 Ok(true)
             }
             None => Ok(false),
