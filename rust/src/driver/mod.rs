@@ -6,7 +6,7 @@
 //! - `submit` queues an operation; nothing reaches the kernel before the next `wait`
 //!   (the `poll` backend may register a new fd at once so that a bad fd fails early);
 //! - every submitted operation yields exactly one final completion, `-ECANCELED` when
-//!   `cancel` won the race;
+//!   `cancel` won the race (a multishot receive yields chunks before its final one);
 //! - `wait(Some(ZERO))` with nothing queued makes no syscall on `uring`;
 //! - `Waker::wake` from any thread makes a blocked `wait` return.
 

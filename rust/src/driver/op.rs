@@ -4,10 +4,10 @@
 //!
 //! Every operation is completion-style: it is submitted under a caller-chosen [`Token`] and
 //! later yields exactly one final [`Completion`] with that token (a result or `-errno`,
-//! `-ECANCELED` when it was cancelled first). The `poll` driver emulates this on readiness:
-//! try now, wait on `WouldBlock`, retry. Networking adds variants here (recv, send, accept,
-//! connect); each new variant lands with its SQE builder, its readiness emulation and a case in
-//! `rust/tests/driver_contract.rs`.
+//! `-ECANCELED` when it was cancelled first). The exception is [`Op::RecvMulti`] (io_uring
+//! only): one [`RecvCompletion`] per received chunk, exactly one of them final
+//! (`more == false`); the `poll` driver refuses it, and its callers read by readiness there
+//! (tested in `rust/tests/driver_uring.rs`).
 
 /// A file descriptor number (`std::os::fd::RawFd` on Unix; a plain `i32` elsewhere, where
 /// the `poll` driver refuses fds).
