@@ -4,6 +4,8 @@ slow-callback warning that raises."""
 from __future__ import annotations
 
 import gc
+import os
+import warnings
 import weakref
 
 import pytest
@@ -68,3 +70,46 @@ def test_raising_slow_callback_warning_keeps_the_rest_of_the_batch(loop, monkeyp
     loop.call_soon(loop.stop)
     loop.run_forever()
     assert ran == ["first", "second"]
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        return int(f.read().split("VmRSS:")[1].split()[0])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
+def test_loops_closed_with_open_connections_release_their_buffers():
+    # Each io_uring loop owns 2 MiB of receive buffers; a loop closed while its transports
+    # still read must cancel those receives and free the buffers, not leak them.
+    import asyncio
+
+    import rsloop
+
+    class Proto(asyncio.Protocol):
+        pass
+
+    async def open_and_leave():
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Proto, "127.0.0.1", 0)
+        transport, _ = await loop.create_connection(Proto, *server.sockets[0].getsockname())
+        await asyncio.sleep(0.01)
+        server.close()
+        return transport
+
+    def cycle():
+        loop = rsloop.new_event_loop()
+        transport = loop.run_until_complete(open_and_leave())
+        loop.close()
+        del transport
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        for _ in range(5):
+            cycle()
+        gc.collect()
+        before = _rss_kib()
+        for _ in range(40):
+            cycle()
+        gc.collect()
+        grown = _rss_kib() - before
+    assert grown < 20 * 1024, f"RSS grew by {grown} KiB over 40 loops"

@@ -56,6 +56,16 @@ impl Inflight {
         self.recvs
     }
 
+    /// The `user_data` of every multishot receive in flight.
+    pub(super) fn recv_user_data(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.entry.is_some_and(|e| e.recv))
+            .map(|(i, s)| (u64::from(s.generation) << 32) | i as u64)
+            .collect()
+    }
+
     /// Records an op; `None` if `token` already has one in flight.
     pub(super) fn insert(
         &mut self,

@@ -471,6 +471,35 @@ impl UringDriver {
         }
     }
 
+    /// Cancels every multishot receive still in flight and reaps until their final CQEs
+    /// (bounded), so the provided buffers can be freed with the ring.
+    fn retire_recvs(&mut self) {
+        let targets = self.inflight.recv_user_data();
+        if targets.is_empty() {
+            return;
+        }
+        for user_data in targets {
+            let Some((entry, _)) = self.inflight.get(user_data) else {
+                continue;
+            };
+            // Through `cancel`, so the final -ECANCELED reads as ours (not re-armed).
+            if self.cancel(entry.token).is_err() {
+                return;
+            }
+        }
+        let mut discard = Vec::new();
+        for _ in 0..RETIRE_ROUNDS {
+            if self.enter(Some(Duration::from_millis(10))).is_err() {
+                return;
+            }
+            self.reap(&mut discard);
+            self.recvs.clear();
+            if self.inflight.recvs() == 0 {
+                return;
+            }
+        }
+    }
+
     /// Cancels the waker READ and reaps until its final CQE, so `wake_buf` can be freed.
     /// Returns whether no READ into the buffer can still be in flight.
     fn retire_waker(&mut self) -> bool {
@@ -511,6 +540,7 @@ impl Drop for UringDriver {
             return;
         }
         let buf_free = self.retire_waker();
+        self.retire_recvs();
         if self.inflight.recvs() > 0 {
             // A receive may still be writing into a buffer while the ring is torn down
             // (asynchronously, in the kernel): leak the buffers rather than free them under
