@@ -73,6 +73,19 @@ def tests(session: nox.Session) -> None:
         "no:cacheprovider",
         env={"PYTHONASYNCIODEBUG": "1"},
     )
+    # The opt-in io_uring send path (RSLOOP_URING_SEND=1): the transport tests on uring.
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/test_transports.py",
+        "tests/test_streams.py",
+        "tests/test_servers.py",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        env={"RSLOOP_URING_SEND": "1", "RSLOOP_TEST_BACKENDS": "uring"},
+    )
 
 
 @nox.session(python=PYTHONS)

@@ -40,9 +40,10 @@ ALL_LOOPS = [
     "pypi-rsloop",
     "rsloop-nostats",
     "rsloop-readiness",
+    "rsloop-ringsend",
 ]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
-OURS = ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-readiness")
+OURS = ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-readiness", "rsloop-ringsend")
 NOT_INSTALLED = 3
 CHILD_TIMEOUT = 120.0  # seconds; every child is killed past this
 
@@ -140,12 +141,17 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
     env["PYTHONHASHSEED"] = "0"
     python = args.python
     env.pop("RSLOOP_URING_RECV", None)
+    env.pop("RSLOOP_URING_SEND", None)
     if loop == "rsloop-poll":
         env["RSLOOP_BACKEND"] = "poll"
     elif loop == "rsloop-readiness":
         # io_uring, but transports read by readiness (POLL_ADD + recv), as before
         # multishot receive: measures what the receive path alone brings.
         env["RSLOOP_URING_RECV"] = "readiness"
+    elif loop == "rsloop-ringsend":
+        # io_uring with writes gathered per iteration and sent as SQEs with the wait
+        # (opt-in: flow control differs from asyncio's, see docs/compatibility.md).
+        env["RSLOOP_URING_SEND"] = "1"
     elif loop == "pypi-rsloop":
         python = args.pypi_rsloop_python
     elif loop == "rsloop-nostats":

@@ -680,6 +680,7 @@ def test_pause_and_resume_reading(loop):
         st.pause_reading()  # no-op
         assert not st.is_reading()
         tr.write(b"while paused")
+        await asyncio.sleep(0)  # on uring the bytes leave with the next wait
         wait_readable(fd)
         await settle()
         assert sp.events == ["made"]
@@ -737,6 +738,7 @@ def test_paused_in_connection_made_reads_after_resume(loop):
         tr, client = await loop.create_connection(Recorder, *addr)
         tr.write(b"early")
         sp = await wait_protocol(protos)
+        await asyncio.sleep(0)  # on uring the bytes leave with the next wait
         wait_readable(sp.transport.get_extra_info("socket").fileno())
         await settle()
         assert sp.events == ["made"]

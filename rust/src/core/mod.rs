@@ -101,6 +101,9 @@ pub struct LoopCore {
     pub stats: Stats,
     /// `time.get_clock_info('monotonic').resolution`.
     pub clock_resolution: f64,
+    /// Transports send through the ring (`RSLOOP_URING_SEND=1`; off by default: see
+    /// `docs/compatibility.md`, flow control then differs from asyncio's).
+    pub ring_sends_allowed: bool,
 }
 
 impl LoopCore {
@@ -121,6 +124,7 @@ impl LoopCore {
             backend: Mutex::new(backend),
             stats: Stats::default(),
             clock_resolution: crate::sys::clock::resolution(),
+            ring_sends_allowed: std::env::var_os("RSLOOP_URING_SEND").is_some_and(|v| v == "1"),
         }
     }
 
@@ -221,6 +225,19 @@ impl LoopCore {
             return None;
         }
         Some(self.queues.with(py, |q| q.streams.start(fd, callback)))
+    }
+
+    /// Whether transports read and write through the ring (multishot receive and queued
+    /// sends), rather than by readiness.
+    pub fn ring_io(&self) -> bool {
+        lock(&self.driver)
+            .as_ref()
+            .is_some_and(|d| d.supports_recv_multi())
+    }
+
+    /// Whether transports send through the ring (gathered per iteration, sent with the wait).
+    pub fn ring_sends(&self) -> bool {
+        self.ring_sends_allowed && self.ring_io()
     }
 
     /// Stops a receive started by `recv_start`; chunks still in flight are dropped.

@@ -11,7 +11,7 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::streams::Action;
+use super::streams::{Action, Streams};
 use super::watchers::DriverWork;
 use super::{BackendInfo, LoopCore, Queues, FREE_HANDLES_IDLE, FREE_HANDLES_MAX, MAX_WAIT_SECS};
 use crate::driver::{self, Completion, Op, RecvCompletion, Requested, Token};
@@ -24,6 +24,10 @@ use crate::timers::should_compact;
 /// freelists are trimmed to their idle size first.
 const IDLE_SECS: f64 = 1.0;
 
+/// What the stream transports hand the driver at a flush: ((receives to arm, receive and
+/// send cancels), sends to submit).
+type StreamWork = ((Vec<(Token, i32)>, Vec<Token>), Vec<(Token, i32, usize)>);
+
 /// Scratch space reused across iterations of one `run_forever`.
 #[derive(Default)]
 pub struct Scratch {
@@ -31,6 +35,8 @@ pub struct Scratch {
     recvs: Vec<RecvCompletion>,
     /// Receive results ready for their transports: (completion, its bytes if it has data).
     received: Vec<(RecvCompletion, Option<Py<PyAny>>)>,
+    /// Send completions for their transports.
+    sent: Vec<Completion>,
     batch: VecDeque<Py<Handle>>,
     to_drop: Vec<Py<PyAny>>,
 }
@@ -102,8 +108,9 @@ impl LoopCore {
         scratch: &mut Scratch,
     ) -> PyResult<()> {
         self.stats.iterations.add(1);
+        self.flush_transports(py);
         // The clock is read outside the cell: on some platforms it calls into Python.
-        let (now_due, next_deadline, work, recv_work, polls_in_flight) =
+        let (now_due, next_deadline, work, recv_work, sends, polls_in_flight) =
             self.queues.with(py, |q| {
                 self.drop_cancelled_timers(py, q, scratch);
                 let now_due = !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed);
@@ -113,6 +120,7 @@ impl LoopCore {
                     next,
                     q.watchers.take_work(),
                     q.streams.take_work(),
+                    q.streams.take_sends(),
                     q.watchers.in_flight() + q.streams.len(),
                 )
             });
@@ -128,6 +136,7 @@ impl LoopCore {
             && work.is_empty()
             && recv_work.0.is_empty()
             && recv_work.1.is_empty()
+            && sends.is_empty()
             && polls_in_flight == 0;
         if timeout.is_none_or(|t| t >= IDLE_SECS) {
             self.trim_freelists(py);
@@ -135,7 +144,7 @@ impl LoopCore {
         let waited = if driver_idle {
             false
         } else {
-            self.poll_driver(py, &mut timeout, work, recv_work, scratch)?
+            self.poll_driver(py, &mut timeout, work, (recv_work, sends), scratch)?
         };
         // Receives first: asyncio queues an fd's reader before its writer, so a reset
         // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
@@ -144,6 +153,7 @@ impl LoopCore {
             self.process_completions(py, q, scratch);
             q.timers.peek().map(|(when, _)| when)
         });
+        self.process_sent(py, scratch)?;
         if let Some(first) = first_deadline {
             let end_time = self.time() + self.clock_resolution;
             // Not `first < end_time`: a NaN deadline (call_at(nan)) is due, as in asyncio,
@@ -210,14 +220,24 @@ impl LoopCore {
         py: Python<'_>,
         timeout: &mut Option<f64>,
         work: DriverWork,
-        recv_work: (Vec<(Token, i32)>, Vec<Token>),
+        stream_work: StreamWork,
         scratch: &mut Scratch,
     ) -> PyResult<bool> {
         let mut slot = lock(&self.driver);
         let Some(driver) = slot.as_mut() else {
             return Ok(false);
         };
-        let (recv_arm, recv_cancel) = recv_work;
+        let ((recv_arm, recv_cancel), sends) = stream_work;
+        for (token, fd, msg) in sends {
+            if let Err(e) = driver.submit(token, Op::SendMsg { fd, msg }) {
+                // The transport hears the error as the send's result.
+                let code = crate::sys::error_code(&e).unwrap_or(libc::EIO);
+                scratch.sent.push(Completion {
+                    token,
+                    result: -code,
+                });
+            }
+        }
         for token in recv_cancel {
             let _ = driver.cancel(token);
         }
@@ -312,6 +332,35 @@ impl LoopCore {
         Ok(blocking)
     }
 
+    // Transports that wrote during the last batch build their one vectored send each; the
+    // sends go out with this iteration's wait.
+    fn flush_transports(&self, py: Python<'_>) {
+        let dirty = self.queues.with(py, |q| q.streams.take_dirty());
+        for flush in dirty {
+            if let Err(e) = flush.call0(py) {
+                e.write_unraisable(py, Some(flush.bind(py)));
+            }
+        }
+    }
+
+    // Send completions become ready handles calling the transport's `_on_sent(result)`.
+    fn process_sent(&self, py: Python<'_>, scratch: &mut Scratch) -> PyResult<()> {
+        if scratch.sent.is_empty() {
+            return Ok(());
+        }
+        let debug = self.debug();
+        for c in std::mem::take(&mut scratch.sent) {
+            let Some(callback) = self.queues.with(py, |q| q.streams.complete_send(c.token)) else {
+                continue;
+            };
+            let arg = c.result.into_pyobject(py)?.into_any().unbind();
+            let args = pyo3::types::PyTuple::new(py, [arg])?.unbind();
+            let handle = Py::new(py, Handle::new(callback, args, None, None, debug))?;
+            self.queues.with(py, |q| q.ready.push_back(handle));
+        }
+        Ok(())
+    }
+
     // Receive completions become ready handles calling their transport's callback with
     // the bytes (or the end/error result), queued after this iteration's watcher events.
     fn process_received(&self, py: Python<'_>, scratch: &mut Scratch) -> PyResult<()> {
@@ -344,6 +393,10 @@ impl LoopCore {
         }
         let mut queued = 0;
         for c in scratch.completions.drain(..) {
+            if Streams::is_send(c.token) {
+                scratch.sent.push(c);
+                continue;
+            }
             let (run, removed) = q.watchers.complete(py, c.token, c.result);
             if let Some(h) = run {
                 q.ready.push_back(h);

@@ -15,8 +15,10 @@ use pyo3::prelude::*;
 
 use crate::driver::{RecvCompletion, Token};
 
-/// Receive tokens live above the watchers' (which count up from 1).
+/// Receive tokens live above the watchers' (which count up from 1)...
 pub const TOKEN_BASE: Token = 1 << 48;
+/// ...and send tokens above those.
+pub const SEND_BASE: Token = 1 << 56;
 
 struct Recv {
     fd: i32,
@@ -36,13 +38,20 @@ pub enum Action {
     Deliver(Py<PyAny>),
 }
 
-/// The table of multishot receives.
+/// The table of multishot receives, and of the transports' sends (io_uring).
 #[derive(Default)]
 pub struct Streams {
     by_token: HashMap<Token, Recv>,
     next: Token,
     to_arm: Vec<Token>,
     to_cancel: Vec<Token>,
+    /// Sends in flight: token -> the transport's completion callback.
+    sends: HashMap<Token, Py<PyAny>>,
+    /// Sends to submit at the next flush: (token, fd, msghdr address).
+    to_send: Vec<(Token, i32, usize)>,
+    /// Transports that wrote this iteration: their flush callbacks, run just before the
+    /// wait so each sends what it gathered in one `sendmsg`, submitted with the wait.
+    dirty: Vec<Py<PyAny>>,
 }
 
 impl Streams {
@@ -51,14 +60,55 @@ impl Streams {
         token >= TOKEN_BASE
     }
 
-    /// Receives registered (armed or waiting to be).
+    /// Receives registered (armed or waiting to be) and sends in flight.
     pub fn len(&self) -> usize {
-        self.by_token.len()
+        self.by_token.len() + self.sends.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.by_token.is_empty()
+        self.by_token.is_empty() && self.sends.is_empty()
+    }
+
+    /// Whether `token` is a send's.
+    pub fn is_send(token: Token) -> bool {
+        token >= SEND_BASE
+    }
+
+    /// A transport wrote: run `flush` before the next wait.
+    pub fn mark_dirty(&mut self, flush: Py<PyAny>) {
+        self.dirty.push(flush);
+    }
+
+    /// The flush callbacks of this iteration.
+    pub fn take_dirty(&mut self) -> Vec<Py<PyAny>> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Queues one send of the header at `msg` on `fd`; `callback(result)` hears the end.
+    pub fn send(&mut self, fd: i32, msg: usize, callback: Py<PyAny>) -> Token {
+        self.next += 1;
+        let token = SEND_BASE + self.next;
+        self.sends.insert(token, callback);
+        self.to_send.push((token, fd, msg));
+        token
+    }
+
+    /// Asks for a send in flight to stop early (abort); its completion still comes.
+    pub fn cancel_send(&mut self, token: Token) {
+        if self.sends.contains_key(&token) {
+            self.to_cancel.push(token);
+        }
+    }
+
+    /// The sends to submit.
+    pub fn take_sends(&mut self) -> Vec<(Token, i32, usize)> {
+        std::mem::take(&mut self.to_send)
+    }
+
+    /// A send completed: its callback.
+    pub fn complete_send(&mut self, token: Token) -> Option<Py<PyAny>> {
+        self.sends.remove(&token)
     }
 
     /// Registers a receive on `fd`; armed at the next flush.
@@ -151,6 +201,10 @@ impl Streams {
         self.to_cancel.clear();
         self.to_arm.clear();
         self.by_token.retain(|_, r| !r.stopped);
+        // Sends in flight belonged to the parent's ring (and the sockets to the parent's
+        // connections): the child forgets them.
+        self.sends.clear();
+        self.to_send.clear();
         for (token, r) in self.by_token.iter_mut() {
             r.armed = false;
             self.to_arm.push(*token);
@@ -159,13 +213,21 @@ impl Streams {
 
     /// Every Python object held (for the collector).
     pub fn objects(&self) -> impl Iterator<Item = &Py<PyAny>> + '_ {
-        self.by_token.values().map(|r| &r.callback)
+        self.by_token
+            .values()
+            .map(|r| &r.callback)
+            .chain(self.sends.values())
+            .chain(self.dirty.iter())
     }
 
     /// Removes everything (loop close).
     pub fn clear(&mut self) -> Vec<Py<PyAny>> {
         self.to_arm.clear();
         self.to_cancel.clear();
-        self.by_token.drain().map(|(_, r)| r.callback).collect()
+        self.to_send.clear();
+        let mut out: Vec<Py<PyAny>> = self.by_token.drain().map(|(_, r)| r.callback).collect();
+        out.extend(self.sends.drain().map(|(_, c)| c));
+        out.append(&mut self.dirty);
+        out
     }
 }

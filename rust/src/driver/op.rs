@@ -82,6 +82,16 @@ pub enum Op {
         /// The stream socket; the caller keeps it open until the final completion.
         fd: RawFd,
     },
+    /// One `sendmsg` (`uring` only, like `RecvMulti`): completes with the bytes sent or
+    /// `-errno`. `msg` is the address of a `libc::msghdr` whose iovecs point at the bytes;
+    /// the caller keeps the header, the iovec array and the bytes valid and unchanged until
+    /// the completion (the kernel may read them until then).
+    SendMsg {
+        /// The stream socket.
+        fd: RawFd,
+        /// Address of the `msghdr`.
+        msg: usize,
+    },
 }
 
 /// One chunk (or the end) of a multishot receive.

@@ -163,6 +163,37 @@ impl Loop {
             .map_err(|e| crate::errors::os_error(&e))
     }
 
+    /// Whether transports send through the ring on this loop.
+    pub(crate) fn ring_sends(&self) -> bool {
+        self.core.ring_sends()
+    }
+
+    /// A transport wrote: call `flush` just before the next wait.
+    pub(crate) fn mark_dirty(&self, py: Python<'_>, flush: Py<PyAny>) {
+        self.core.queues.with(py, |q| q.streams.mark_dirty(flush));
+    }
+
+    /// Queues a send of the `msghdr` at `msg` (see `Op::SendMsg`); `callback(result)`.
+    pub(crate) fn send_submit(
+        &self,
+        py: Python<'_>,
+        fd: i32,
+        msg: usize,
+        callback: Py<PyAny>,
+    ) -> u64 {
+        self.core
+            .queues
+            .with(py, |q| q.streams.send(fd, msg, callback))
+    }
+
+    /// Cancels a send in flight (abort); its completion still comes.
+    pub(crate) fn send_cancel(&self, py: Python<'_>, token: u64) -> PyResult<()> {
+        self.core.queues.with(py, |q| q.streams.cancel_send(token));
+        self.core
+            .submit_cancels(py)
+            .map_err(|e| crate::errors::os_error(&e))
+    }
+
     pub(super) fn schedule_at(
         &self,
         py: Python<'_>,

@@ -55,6 +55,45 @@ pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// A `msghdr` with its iovec array, for a `sendmsg` the kernel performs later (io_uring).
+/// Boxed by its owner so its address is stable while a send is in flight.
+pub struct SendHeader {
+    msg: libc::msghdr,
+    iov: Vec<libc::iovec>,
+}
+
+// SAFETY: the raw pointers inside only ever point at this value's own `iov` and at bytes
+// the owner keeps alive; the value is moved between threads only under the GIL (inside a
+// `GilCell`), never used concurrently.
+unsafe impl Send for SendHeader {}
+
+impl Default for SendHeader {
+    fn default() -> Self {
+        SendHeader {
+            // SAFETY: an all-zero `msghdr` is a valid empty header.
+            msg: unsafe { std::mem::zeroed() },
+            iov: Vec::new(),
+        }
+    }
+}
+
+impl SendHeader {
+    /// Points the header at `slices` (at most [`MAX_IOV`]) and returns its address for
+    /// `Op::SendMsg`. The caller keeps `self` and the bytes unchanged until the send
+    /// completes.
+    pub fn point_at(&mut self, slices: &[&[u8]]) -> usize {
+        self.iov.clear();
+        self.iov
+            .extend(slices.iter().take(MAX_IOV).map(|s| libc::iovec {
+                iov_base: s.as_ptr() as *mut libc::c_void,
+                iov_len: s.len(),
+            }));
+        self.msg.msg_iov = self.iov.as_mut_ptr();
+        self.msg.msg_iovlen = self.iov.len() as _;
+        &self.msg as *const libc::msghdr as usize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

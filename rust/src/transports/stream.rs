@@ -27,7 +27,7 @@ use crate::errors::os_error;
 use crate::py::loop_::Loop;
 use crate::sys::buffer::{buffer_to_vec, copy_into_buffer, recv_into_buffer};
 use crate::sys::gil::GilCell;
-use crate::sys::sock::{self, MAX_IOV};
+use crate::sys::sock::{self, SendHeader, MAX_IOV};
 
 /// asyncio's `max_size`: the most one receive asks for.
 const MAX_READ: usize = 256 * 1024;
@@ -78,6 +78,33 @@ impl Pending {
     }
 }
 
+/// Drops `n` sent bytes off the front of `queue`; returns the chunks sent whole, for the
+/// caller to drop outside the cell.
+fn advance(queue: &mut VecDeque<Pending>, py: Python<'_>, mut n: usize) -> Vec<Pending> {
+    let mut done = Vec::new();
+    while n > 0 {
+        let Some(front) = queue.front_mut() else {
+            break;
+        };
+        let left = front.rest(py).len();
+        if n >= left {
+            n -= left;
+            done.extend(queue.pop_front());
+        } else {
+            front.start += n;
+            n = 0;
+        }
+    }
+    done
+}
+
+impl State {
+    /// Every queued byte is gone (sent or dropped).
+    fn forget_queue(&mut self) {
+        self.queued = 0;
+    }
+}
+
 struct State {
     protocol: Option<Py<PyAny>>,
     /// The protocol is an `asyncio.BufferedProtocol`.
@@ -100,6 +127,19 @@ struct State {
     recv_token: Option<u64>,
     /// The kernel refused the multishot receive: read by readiness from now on.
     readiness_only: bool,
+    /// Writes go through the ring: gathered during an iteration, sent with the wait as one
+    /// `sendmsg` SQE, at most one in flight (io_uring); else sent at once by `sendmsg`.
+    ring_sends: bool,
+    /// The send in flight (ring mode); the queue's front bytes are the kernel's until it
+    /// completes, so nothing frees them before.
+    send_token: Option<u64>,
+    /// `_flush` is registered for the next wait.
+    flush_scheduled: bool,
+    /// `abort()` (or a fatal error) while a send was in flight: its bytes are freed when it
+    /// completes.
+    aborted: bool,
+    /// The header the send in flight reads (boxed: its address is in the SQE).
+    hdr: Box<SendHeader>,
     /// Chunks (or the end-of-stream/error result) that arrived while reading was paused,
     /// handed to the protocol once it resumes: a completed receive cannot be left in the
     /// kernel as a readiness-based transport leaves its data.
@@ -254,23 +294,9 @@ impl StreamCore {
             let res = sock::send_vectored(self.fd, &slices);
             drop(slices);
             let mut done = Vec::new();
-            if let Ok(mut n) = res {
+            if let Ok(n) = res {
                 s.queued -= n;
-                while n > 0 {
-                    let Some(front) = s.queue.front_mut() else {
-                        break;
-                    };
-                    let left = front.rest(py).len();
-                    if n >= left {
-                        n -= left;
-                        if let Some(p) = s.queue.pop_front() {
-                            done.push(p);
-                        }
-                    } else {
-                        front.start += n;
-                        n = 0;
-                    }
-                }
+                done = advance(&mut s.queue, py, n);
             }
             (res, done)
         })
@@ -296,6 +322,7 @@ impl StreamCore {
         protocol: Py<PyAny>,
     ) -> PyResult<Self> {
         let buffered = protocol.bind(py).is_instance(buffered_protocol_type(py)?)?;
+        let ring_sends = loop_.get().ring_sends();
         Ok(StreamCore {
             fd,
             loop_,
@@ -315,6 +342,11 @@ impl StreamCore {
                 empty_waiter: None,
                 recv_token: None,
                 readiness_only: false,
+                ring_sends,
+                send_token: None,
+                flush_scheduled: false,
+                aborted: false,
+                hdr: Box::default(),
                 stash: VecDeque::new(),
             }),
         })
@@ -494,6 +526,13 @@ impl StreamCore {
             this.state.with(py, |s| s.conn_lost += 1);
             return Ok(());
         }
+        if this.state.with(py, |s| s.ring_sends) {
+            // Gathered now, sent with the next wait (see `_flush`); they count as buffered
+            // until the kernel took them (unlike asyncio, whose write() hands them over).
+            this.queue_rest(py, bytes, view, 0);
+            this.schedule_flush(slf)?;
+            return this.maybe_pause_protocol(py);
+        }
         let step = if idle {
             match sock::send_vectored(this.fd, &[IoSlice::new(view)]) {
                 Ok(n) if n == view.len() => WriteStep::Done,
@@ -558,7 +597,7 @@ impl StreamCore {
             Err(e) => {
                 this.unwatch(py, Side::Write)?;
                 let (dropped, waiter) = this.state.with(py, |s| {
-                    s.queued = 0;
+                    s.forget_queue();
                     (
                         std::mem::take(&mut s.queue),
                         s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
@@ -601,6 +640,98 @@ impl StreamCore {
         Ok(())
     }
 
+    /// Ring mode, just before the loop waits: one `sendmsg` of everything queued (up to
+    /// 1024 slices), submitted with the wait. At most one send is in flight.
+    fn _flush(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let msg = this.state.with(py, |s| {
+            s.flush_scheduled = false;
+            if s.send_token.is_some() || s.queue.is_empty() || s.conn_lost > 0 {
+                return None;
+            }
+            let slices: Vec<&[u8]> = s.queue.iter().take(MAX_IOV).map(|p| p.rest(py)).collect();
+            Some(s.hdr.point_at(&slices))
+        });
+        let Some(msg) = msg else { return Ok(()) };
+        let cb = slf.getattr(intern!(py, "_on_sent"))?.unbind();
+        let token = this.loop_.get().send_submit(py, this.fd, msg, cb);
+        this.state.with(py, |s| s.send_token = Some(token));
+        Ok(())
+    }
+
+    /// Ring mode: the send in flight ended with `result` (bytes sent, or `-errno`).
+    fn _on_sent(slf: &Bound<'_, Self>, result: i32) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let (lost, sent_chunks) = this.state.with(py, |s| {
+            s.send_token = None;
+            if s.aborted || s.shell.is_none() {
+                // Aborted (or detached) while the kernel read the bytes: free them now.
+                s.forget_queue();
+                return (
+                    true,
+                    std::mem::take(&mut s.queue).into_iter().collect::<Vec<_>>(),
+                );
+            }
+            let mut done = Vec::new();
+            if result > 0 {
+                let n = result as usize;
+                s.queued = s.queued.saturating_sub(n);
+                done = advance(&mut s.queue, py, n);
+            }
+            (false, done)
+        });
+        drop(sent_chunks);
+        if lost {
+            return Ok(());
+        }
+        if result < 0 {
+            let code = -result;
+            if code == libc::EAGAIN || code == libc::EINTR {
+                return this.schedule_flush(slf);
+            }
+            let (dropped, waiter) = this.state.with(py, |s| {
+                s.forget_queue();
+                (
+                    std::mem::take(&mut s.queue),
+                    s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
+                )
+            });
+            drop(dropped);
+            let exc = os_error(&io::Error::from_raw_os_error(code));
+            let value = exc.value(py).clone().into_any().unbind();
+            this.fatal(py, exc, "Fatal write error on socket transport")?;
+            if let Some(w) = waiter {
+                w.call_method1(py, intern!(py, "set_exception"), (value,))?;
+            }
+            return Ok(());
+        }
+        this.maybe_resume_protocol(py)?;
+        let (drained, waiter, closing, eof) = this.state.with(py, |s| {
+            (
+                s.queue.is_empty(),
+                s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
+                s.closing,
+                s.eof,
+            )
+        });
+        if !drained {
+            return this.schedule_flush(slf);
+        }
+        if let Some(w) = waiter {
+            w.call_method1(py, intern!(py, "set_result"), (py.None(),))?;
+        }
+        if closing {
+            if let Some(shell) = this.shell(py) {
+                shell.call_method1(py, intern!(py, "_call_connection_lost"), (py.None(),))?;
+            }
+        } else if eof {
+            sock::shutdown_write(this.fd).map_err(|e| os_error(&e))?;
+        }
+        Ok(())
+    }
+
     fn write_eof(&self, py: Python<'_>) -> PyResult<()> {
         let shut = self.state.with(py, |s| {
             if s.closing || s.eof {
@@ -622,11 +753,30 @@ impl StreamCore {
     // ----- closing -----
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let (was_closing, empty) = self.state.with(py, |s| {
+        let (was_closing, empty, sent) = self.state.with(py, |s| {
             let was = s.closing;
             s.closing = true;
-            (was, s.queue.is_empty())
+            // Ring mode, bytes gathered for the next wait and none in flight: asyncio would
+            // have handed them to the kernel inside write(), and its close() sees an empty
+            // buffer if the kernel took them all. Hand them over now, to decide the same way.
+            let mut sent = Vec::new();
+            if !was && s.ring_sends && s.send_token.is_none() && !s.queue.is_empty() {
+                let slices: Vec<IoSlice<'_>> = s
+                    .queue
+                    .iter()
+                    .take(MAX_IOV)
+                    .map(|p| IoSlice::new(p.rest(py)))
+                    .collect();
+                let res = sock::send_vectored(self.fd, &slices);
+                drop(slices);
+                if let Ok(n) = res {
+                    s.queued -= n;
+                    sent = advance(&mut s.queue, py, n);
+                }
+            }
+            (was, s.queue.is_empty(), sent)
         });
+        drop(sent);
         if was_closing {
             return Ok(());
         }
@@ -651,12 +801,35 @@ impl StreamCore {
             return Ok(());
         }
         if had_queue {
-            let dropped = self.state.with(py, |s| {
-                s.queued = 0;
-                std::mem::take(&mut s.queue)
+            // A send in flight still reads the queue's bytes: they stay until it completes
+            // (cancelled here); `_on_sent` then drops them.
+            let (dropped, in_flight) = self.state.with(py, |s| {
+                s.forget_queue();
+                s.aborted = true;
+                match s.send_token {
+                    Some(t) => (VecDeque::new(), Some(t)),
+                    None => {
+                        if s.ring_sends {
+                            // These bytes were gathered for the next wait; asyncio would
+                            // have handed them to the kernel inside write(). Give the kernel
+                            // what it takes now, as it would have then; drop the rest.
+                            let slices: Vec<IoSlice<'_>> = s
+                                .queue
+                                .iter()
+                                .take(MAX_IOV)
+                                .map(|p| IoSlice::new(p.rest(py)))
+                                .collect();
+                            let _ = sock::send_vectored(self.fd, &slices);
+                        }
+                        (std::mem::take(&mut s.queue), None)
+                    }
+                }
             });
             drop(dropped);
-            self.unwatch(py, Side::Write)?;
+            match in_flight {
+                Some(token) => self.loop_.get().send_cancel(py, token)?,
+                None => self.unwatch(py, Side::Write)?,
+            }
         }
         if !was_closing {
             self.state.with(py, |s| s.closing = true);
@@ -670,12 +843,19 @@ impl StreamCore {
     /// no cycle outlives the connection. Returns the sendfile waiter, if one was pending.
     fn _detach(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         let (taken, waiter) = self.state.with(py, |s| {
-            s.queued = 0;
+            s.forget_queue();
+            // Bytes a send in flight still reads stay until `_on_sent`.
+            let queue = if s.send_token.is_some() {
+                VecDeque::new()
+            } else {
+                std::mem::take(&mut s.queue)
+            };
             (
                 (
                     s.protocol.take(),
                     s.shell.take(),
-                    std::mem::take(&mut s.queue),
+                    queue,
+                    std::mem::take(&mut s.stash),
                 ),
                 s.empty_waiter.take(),
             )
@@ -844,6 +1024,24 @@ impl StreamCore {
 }
 
 impl StreamCore {
+    /// Ring mode: make sure `_flush` runs before the next wait (unless a send is in flight:
+    /// its completion schedules the next).
+    fn schedule_flush(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let go = self.state.with(py, |s| {
+            if s.flush_scheduled || s.send_token.is_some() {
+                return false;
+            }
+            s.flush_scheduled = true;
+            true
+        });
+        if go {
+            let flush = slf.getattr(intern!(py, "_flush"))?.unbind();
+            self.loop_.get().mark_dirty(py, flush);
+        }
+        Ok(())
+    }
+
     /// Starts reading: a multishot receive where the loop has one, else the fd's reader.
     fn start_read(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();

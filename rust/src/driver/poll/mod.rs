@@ -80,9 +80,9 @@ impl PollDriver {
         match op {
             Op::Poll { fd, interest } => self.submit_poll(token, fd, interest),
             // Readiness drivers read by readiness: callers check `supports_recv_multi`.
-            Op::RecvMulti { .. } => Err(io::Error::new(
+            Op::RecvMulti { .. } | Op::SendMsg { .. } => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
-                "driver: the poll backend has no multishot receive",
+                "driver: the poll backend reads and writes by readiness",
             )),
         }
     }

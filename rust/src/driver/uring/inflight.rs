@@ -24,8 +24,10 @@ pub(super) struct Entry {
     pub(super) fd: RawFd,
     /// For Poll: what it waits for (error conditions report all of it).
     pub(super) interest: Interest,
-    /// A multishot receive (else a Poll).
+    /// A multishot receive (else a Poll or a send).
     pub(super) recv: bool,
+    /// For a send: the `msghdr` address (else 0).
+    pub(super) msg: usize,
 }
 
 #[derive(Debug, Default)]
@@ -56,12 +58,13 @@ impl Inflight {
         self.recvs
     }
 
-    /// The `user_data` of every multishot receive in flight.
-    pub(super) fn recv_user_data(&self) -> Vec<u64> {
+    /// The `user_data` of every op in flight that uses caller memory (receives into the
+    /// provided buffers, sends from the caller's bytes).
+    pub(super) fn buffer_user_data(&self) -> Vec<u64> {
         self.slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.entry.is_some_and(|e| e.recv))
+            .filter(|(_, s)| s.entry.is_some_and(|e| e.recv || e.msg != 0))
             .map(|(i, s)| (u64::from(s.generation) << 32) | i as u64)
             .collect()
     }
@@ -73,6 +76,7 @@ impl Inflight {
         fd: RawFd,
         interest: Interest,
         recv: bool,
+        msg: usize,
     ) -> Option<u64> {
         if self.by_token.contains_key(&token) {
             return None;
@@ -90,6 +94,7 @@ impl Inflight {
             fd,
             interest,
             recv,
+            msg,
         });
         if recv {
             self.recvs += 1;
@@ -158,9 +163,9 @@ mod tests {
     #[test]
     fn insert_complete_reuse() {
         let mut t = Inflight::default();
-        let a = t.insert(10, 3, Interest::READABLE, false).expect("slot");
+        let a = t.insert(10, 3, Interest::READABLE, false, 0).expect("slot");
         assert!(
-            t.insert(10, 3, Interest::READABLE, false).is_none(),
+            t.insert(10, 3, Interest::READABLE, false, 0).is_none(),
             "duplicate token"
         );
         assert_eq!(t.get(a).map(|(e, sent)| (e.fd, sent)), Some((3, false)));
@@ -169,7 +174,7 @@ mod tests {
         assert_eq!(t.cancel_target(10), None, "cancel sent once");
         assert_eq!(t.complete(a).map(|e| e.token), Some(10));
         assert_eq!(t.complete(a), None);
-        let b = t.insert(11, 3, Interest::WRITABLE, true).expect("slot");
+        let b = t.insert(11, 3, Interest::WRITABLE, true, 0).expect("slot");
         assert_ne!(a, b, "reused slot has a new generation");
         assert_eq!(a & 0xffff_ffff, b & 0xffff_ffff);
         assert_eq!(t.complete(a), None, "stale user_data");

@@ -159,10 +159,10 @@ impl UringDriver {
     /// Queues `op` under `token` in the SQ ring; the kernel sees it at the next `wait`
     /// (or now, if the SQ is full and must be flushed to make room).
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
-        let (fd, interest, recv) = match op {
+        let (fd, interest, recv, msg) = match op {
             Op::Poll { fd, interest } => {
                 check_op(token, interest)?;
-                (fd, interest, false)
+                (fd, interest, false, 0)
             }
             Op::RecvMulti { fd } => {
                 check_token(token)?;
@@ -172,20 +172,20 @@ impl UringDriver {
                         "io_uring: no multishot receive on this kernel",
                     ));
                 }
-                (fd, Interest::NONE, true)
+                (fd, Interest::NONE, true, 0)
+            }
+            Op::SendMsg { fd, msg } => {
+                check_token(token)?;
+                (fd, Interest::NONE, false, msg)
             }
         };
-        let Some(user_data) = self.inflight.insert(token, fd, interest, recv) else {
+        let Some(user_data) = self.inflight.insert(token, fd, interest, recv, msg) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "driver: token already has an operation in flight",
             ));
         };
-        let sqe = if recv {
-            ops::recv_multi(fd, bufring::GROUP)
-        } else {
-            ops::poll_add(fd, interest)
-        };
+        let sqe = sqe_for(fd, interest, recv, msg);
         if let Err(e) = self.push(&sqe.user_data(user_data)) {
             self.inflight.complete(user_data);
             return Err(e);
@@ -327,7 +327,9 @@ impl UringDriver {
     fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
         for _ in 0..2 {
             // SAFETY: every SQE this driver builds points only at memory that outlives the
-            // op: POLL_ADD and ASYNC_CANCEL carry no pointer; the waker READ targets
+            // op: POLL_ADD and ASYNC_CANCEL carry no pointer; SENDMSG points at the caller's
+            // msghdr, which `Op::SendMsg`'s contract keeps valid until the completion;
+            // RECV takes buffers from `bufs`, freed only after the ring; the waker READ targets
             // `wake_buf`, freed only after that READ's final CQE or never (see `Drop`); a
             // TIMEOUT points at `timeout_ts`, boxed in `self` (stable address) and copied by
             // the kernel when the SQE is submitted; `Drop` closes the ring before the box is
@@ -426,7 +428,7 @@ impl UringDriver {
                     if let Some(entry) = self.inflight.complete(user_data) {
                         out.push(Completion {
                             token: entry.token,
-                            result: if res >= 0 {
+                            result: if res >= 0 && entry.msg == 0 {
                                 ops::poll_result(res, entry.interest)
                             } else {
                                 res
@@ -441,11 +443,7 @@ impl UringDriver {
             let Some((entry, _)) = self.inflight.get(user_data) else {
                 continue;
             };
-            let sqe = if entry.recv {
-                ops::recv_multi(entry.fd, bufring::GROUP)
-            } else {
-                ops::poll_add(entry.fd, entry.interest)
-            };
+            let sqe = sqe_for(entry.fd, entry.interest, entry.recv, entry.msg);
             if self.push(&sqe.user_data(user_data)).is_err() {
                 self.inflight.complete(user_data);
                 if entry.recv {
@@ -471,10 +469,11 @@ impl UringDriver {
         }
     }
 
-    /// Cancels every multishot receive still in flight and reaps until their final CQEs
-    /// (bounded), so the provided buffers can be freed with the ring.
-    fn retire_recvs(&mut self) {
-        let targets = self.inflight.recv_user_data();
+    /// Cancels every receive and send still in flight and reaps until their final CQEs
+    /// (bounded), so neither the provided buffers nor the senders' bytes are read or
+    /// written by the kernel after the driver is gone.
+    fn retire_buffer_ops(&mut self) {
+        let targets = self.inflight.buffer_user_data();
         if targets.is_empty() {
             return;
         }
@@ -494,7 +493,7 @@ impl UringDriver {
             }
             self.reap(&mut discard);
             self.recvs.clear();
-            if self.inflight.recvs() == 0 {
+            if self.inflight.buffer_user_data().is_empty() {
                 return;
             }
         }
@@ -540,7 +539,7 @@ impl Drop for UringDriver {
             return;
         }
         let buf_free = self.retire_waker();
-        self.retire_recvs();
+        self.retire_buffer_ops();
         if self.inflight.recvs() > 0 {
             // A receive may still be writing into a buffer while the ring is torn down
             // (asynchronously, in the kernel): leak the buffers rather than free them under
@@ -569,6 +568,17 @@ fn tolerated(e: &io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN)
     )
+}
+
+/// The SQE for an op as the in-flight table records it.
+fn sqe_for(fd: i32, interest: Interest, recv: bool, msg: usize) -> squeue::Entry {
+    if recv {
+        ops::recv_multi(fd, bufring::GROUP)
+    } else if msg != 0 {
+        ops::send_msg(fd, msg as *const libc::msghdr)
+    } else {
+        ops::poll_add(fd, interest)
+    }
 }
 
 /// Registers a provided-buffer ring; `None` where the kernel refuses it (before 5.19).

@@ -44,6 +44,14 @@ pub(super) fn recv_multi(fd: RawFd, group: u16) -> squeue::Entry {
     opcode::RecvMulti::new(types::Fd(fd), group).build()
 }
 
+/// One `sendmsg` of the caller's header (no `SIGPIPE`: the loop reports `EPIPE`).
+/// Needs Linux 5.3 (`IORING_OP_SENDMSG`).
+pub(super) fn send_msg(fd: RawFd, msg: *const libc::msghdr) -> squeue::Entry {
+    opcode::SendMsg::new(types::Fd(fd), msg)
+        .flags(libc::MSG_NOSIGNAL as u32)
+        .build()
+}
+
 /// Cancels the op whose SQE carried `user_data`. Needs Linux 5.5 (`IORING_OP_ASYNC_CANCEL`).
 pub(super) fn cancel(user_data: u64) -> squeue::Entry {
     opcode::AsyncCancel::new(user_data).build()
