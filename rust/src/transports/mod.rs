@@ -3,4 +3,6 @@
 //! per-connection glue (`rsloop/_transports.py`, `rsloop/_net.py`).
 
 #[cfg(unix)]
+pub mod datagram;
+#[cfg(unix)]
 pub mod stream;
