@@ -27,6 +27,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
+use super::addrs::AddrCache;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::py::loop_::Loop;
@@ -113,12 +114,9 @@ struct State {
     high: i64,
     low: i64,
     protocol_paused: bool,
-    /// The last address received and the Python object made for it: a repeat sender
-    /// gets the same object, and an echo reply to it skips the parsing.
-    last_rx: Option<(SockAddr, Py<PyAny>)>,
-    /// The last address object given to `sendto` and its kernel form (kept apart from
-    /// `last_rx`: `('::1', 5)` and `('::1', 5, 0, 0)` are one address, two objects).
-    last_tx: Option<(SockAddr, Py<PyAny>)>,
+    /// Recent peers' address objects: a repeat sender gets the same object, and a reply
+    /// to it skips the parsing.
+    addrs: AddrCache,
 }
 
 /// The per-datagram core of a datagram transport.
@@ -355,13 +353,7 @@ impl DatagramCore {
         if addr.is_none() {
             return Dest::Python(addr.clone().unbind());
         }
-        let cached = self.state.with(py, |s| {
-            [&s.last_rx, &s.last_tx]
-                .into_iter()
-                .flatten()
-                .find(|(_, obj)| obj.is(addr))
-                .map(|(sa, _)| *sa)
-        });
+        let cached = self.state.with(py, |s| s.addrs.sockaddr_for(addr));
         if let Some(sa) = cached {
             return Dest::Addr(sa);
         }
@@ -370,10 +362,8 @@ impl DatagramCore {
         }
         match sockaddr::from_python(self.family, addr) {
             Some(sa) => {
-                let new = Some((sa, addr.clone().unbind()));
-                let old = self
-                    .state
-                    .with(py, |s| std::mem::replace(&mut s.last_tx, new));
+                let obj = addr.clone().unbind();
+                let old = self.state.with(py, |s| s.addrs.remember_sent(sa, obj));
                 drop(old);
                 Dest::Addr(sa)
             }
@@ -383,18 +373,15 @@ impl DatagramCore {
 
     /// The Python object for a received address (the cached one when it repeats).
     fn addr_object(&self, py: Python<'_>, addr: &SockAddr) -> PyResult<Py<PyAny>> {
-        let cached = self.state.with(py, |s| match &s.last_rx {
-            Some((sa, obj)) if sa.same_as(addr) => Some(obj.clone_ref(py)),
-            _ => None,
-        });
+        let cached = self.state.with(py, |s| s.addrs.object_for(py, addr));
         if let Some(obj) = cached {
             return Ok(obj);
         }
         let obj = sockaddr::to_python(py, addr)?.unbind();
-        let new = Some((*addr, obj.clone_ref(py)));
+        let keep = obj.clone_ref(py);
         let old = self
             .state
-            .with(py, |s| std::mem::replace(&mut s.last_rx, new));
+            .with(py, |s| s.addrs.remember_received(*addr, keep));
         drop(old);
         Ok(obj)
     }
@@ -527,8 +514,7 @@ impl DatagramCore {
                 high: DEFAULT_HIGH,
                 low: DEFAULT_HIGH / 4,
                 protocol_paused: false,
-                last_rx: None,
-                last_tx: None,
+                addrs: AddrCache::default(),
             }),
         }
     }
@@ -542,9 +528,7 @@ impl DatagramCore {
             {
                 visit.call(o)?;
             }
-            for (_, obj) in [&s.last_rx, &s.last_tx].into_iter().flatten() {
-                visit.call(obj)?;
-            }
+            s.addrs.traverse(&visit)?;
             for q in &s.queue {
                 if let Chunk::Shared(b) = &q.chunk {
                     visit.call(b)?;
@@ -890,16 +874,12 @@ impl DatagramCore {
 }
 
 /// The state's Python objects but the address, taken out to drop outside the cell.
-type Taken = (
-    [Option<Py<PyAny>>; 3],
-    [Option<(SockAddr, Py<PyAny>)>; 2],
-    VecDeque<Queued>,
-);
+type Taken = ([Option<Py<PyAny>>; 3], AddrCache, VecDeque<Queued>);
 
 fn take_all(s: &mut State) -> Taken {
     (
         [s.protocol.take(), s.shell.take(), s.sock.take()],
-        [s.last_rx.take(), s.last_tx.take()],
+        s.addrs.take(),
         std::mem::take(&mut s.queue),
     )
 }
