@@ -103,7 +103,7 @@ class NetMixin:
 
     def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):
         self._ensure_fd_no_transport(sock)
-        return _transports.DatagramTransport(self, sock, protocol, address, waiter, extra)
+        return _transports.make_datagram_transport(self, sock, protocol, address, waiter, extra)
 
     # ----- servers: accept on the listening socket's readiness -----
 

@@ -8,8 +8,10 @@ state machine) is native: ``rsloop._rsloop.StreamCore``. The hot methods (``writ
 Python frame; the class keeps forwarding methods of the same names for code that calls
 them through the class. Behaviour is asyncio's ``_SelectorSocketTransport``'s.
 
-``DatagramTransport`` is still asyncio's selector datagram transport over rsloop's fd
-watchers (only ``repr`` differs: asyncio's asks the selector, which rsloop does not have).
+``DatagramTransport`` (UDP and Unix datagrams) is built the same way over
+``rsloop._rsloop.DatagramCore``: the core receives (one ``recvfrom`` per readiness, the
+address converted natively), sends and queues ``(datagram, address)``; behaviour is
+asyncio's ``_SelectorDatagramTransport``'s for the running Python version.
 """
 
 from __future__ import annotations
@@ -20,12 +22,20 @@ import warnings
 from asyncio import base_events, constants, futures, selector_events, transports, trsock
 from asyncio.log import logger
 
-try:
-    from ._rsloop import StreamCore
-except ImportError:  # pragma: no cover - no native stream core on this platform
-    StreamCore = None  # type: ignore[assignment,misc]
+from ._compat import PY311, PY313
 
-__all__ = ["DatagramTransport", "SocketTransport", "make_socket_transport"]
+try:
+    from ._rsloop import DatagramCore, StreamCore
+except ImportError:  # pragma: no cover - no native transport cores on this platform
+    StreamCore = None  # type: ignore[assignment,misc]
+    DatagramCore = None  # type: ignore[assignment,misc]
+
+__all__ = [
+    "DatagramTransport",
+    "SocketTransport",
+    "make_datagram_transport",
+    "make_socket_transport",
+]
 
 # Server._attach/_detach take the transport from 3.13 on.
 _SERVER_TAKES_TRANSPORT = sys.version_info >= (3, 13)
@@ -77,16 +87,21 @@ def _describe(transport) -> str:
         reading = not transport._closing and not getattr(transport, "_paused", False)
         info.append("read=polling" if reading else "read=idle")
         bufsize = transport.get_write_buffer_size()
-        info.append(f"write=<{'polling' if bufsize else 'idle'}, bufsize={bufsize}>")
+        # The datagram core knows whether it waits for writability; 3.13's datagram
+        # buffer size can stay above 0 with nothing queued.
+        writing = getattr(transport, "_writing", None)
+        if writing is None:
+            writing = bool(bufsize)
+        info.append(f"write=<{'polling' if writing else 'idle'}, bufsize={bufsize}>")
     return "<{}>".format(" ".join(info))
 
 
-def _forward(name: str):
+def _forward(name: str, owner: str = "SocketTransport"):
     def method(self, *args, **kwargs):
         return getattr(self._core, name)(*args, **kwargs)
 
     method.__name__ = name
-    method.__qualname__ = f"SocketTransport.{name}"
+    method.__qualname__ = f"{owner}.{name}"
     return method
 
 
@@ -247,8 +262,170 @@ def make_socket_transport(loop, sock, protocol, waiter=None, extra=None, server=
     return SocketTransport(loop, sock, protocol, waiter, extra, server)
 
 
-class DatagramTransport(selector_events._SelectorDatagramTransport):  # type: ignore[name-defined,misc]
-    """A UDP or Unix datagram transport."""
+# The datagram transport's methods bound straight to the native core. 3.10's datagram
+# transport has no is_reading/pause_reading/resume_reading (they raise
+# NotImplementedError, from asyncio.ReadTransport).
+_DATAGRAM_HOT = (
+    "sendto",
+    "close",
+    "abort",
+    "is_closing",
+    "get_protocol",
+    "set_protocol",
+    "get_write_buffer_size",
+    "get_write_buffer_limits",
+    "set_write_buffer_limits",
+) + (("is_reading", "pause_reading", "resume_reading") if PY311 else ())
+
+# What changed in asyncio's datagram transport: 3.13 sends empty datagrams (earlier ones
+# drop them) and counts 8 header bytes per queued datagram in get_write_buffer_size();
+# 3.11 and 3.12 keep a counter without them; 3.10 sums the queued bytes.
+_DATAGRAM_ALLOW_EMPTY = PY313
+_DATAGRAM_SIZE_HEADER = 8 if PY313 else 0 if PY311 else None
+
+
+class DatagramTransport(transports._FlowControlMixin, transports.DatagramTransport):  # type: ignore[name-defined,misc]
+    """A UDP or Unix datagram transport on rsloop's native datagram core.
+
+    An ``asyncio.Transport`` as well as an ``asyncio.DatagramTransport``, as asyncio's own
+    selector datagram transport is.
+    """
+
+    max_size = 256 * 1024  # asyncio's; the core receives at most this much at once.
+
+    # Read by __del__, which runs even when __init__ failed half-way.
+    _sock: socket.socket | None = None
+
+    def __init__(self, loop, sock, protocol, address=None, waiter=None, extra=None):
+        # Not _FlowControlMixin.__init__: its water marks and paused flag live in the core.
+        transports.BaseTransport.__init__(self, extra)
+        self._extra["socket"] = trsock.TransportSocket(sock)
+        try:
+            self._extra["sockname"] = sock.getsockname()
+        except OSError:
+            self._extra["sockname"] = None
+        if "peername" not in self._extra:
+            try:
+                self._extra["peername"] = sock.getpeername()
+            except OSError:
+                self._extra["peername"] = None
+        self._sock = sock
+        self._sock_fd = fd = sock.fileno()
+        self._loop = loop
+        self._address = address
+        self._core = core = DatagramCore(
+            loop,
+            self,
+            sock,
+            fd,
+            int(sock.family),
+            protocol,
+            address if address else None,
+            bool(self._extra["peername"]),
+            _DATAGRAM_ALLOW_EMPTY,
+            _DATAGRAM_SIZE_HEADER,
+        )
+        d = self.__dict__
+        for name in _DATAGRAM_HOT:
+            d[name] = getattr(core, name)
+        loop._transports[fd] = self
+        loop.call_soon(protocol.connection_made, self)
+        # Reading starts once connection_made() has run.
+        loop.call_soon(core._start_reading)
+        if waiter is not None:
+            loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
+
+    # asyncio's private attributes that stdlib code and tests read.
+    @property
+    def _protocol(self):
+        return self._core.get_protocol()
+
+    @property
+    def _closing(self) -> bool:
+        return self._core.is_closing()
+
+    @property
+    def _conn_lost(self) -> int:
+        return self._core._conn_lost
+
+    @property
+    def _paused(self) -> bool:
+        return self._core._paused
+
+    @property
+    def _protocol_paused(self) -> bool:
+        return self._core._protocol_paused
+
+    @property
+    def _writing(self) -> bool:
+        return self._core._writing
 
     def __repr__(self) -> str:
         return _describe(self)
+
+    def __del__(self, _warn=warnings.warn) -> None:
+        if self._sock is not None:
+            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
+            self._sock.close()
+            self._sock = None
+
+    # ----- called by the core on rare paths -----
+
+    def _fatal_error(self, exc, message="Fatal error on transport") -> None:
+        if isinstance(exc, OSError):
+            if self._loop.get_debug():
+                logger.debug("%r: %s", self, message, exc_info=True)
+        else:
+            self._loop.call_exception_handler(
+                {
+                    "message": message,
+                    "exception": exc,
+                    "transport": self,
+                    "protocol": self._core.get_protocol(),
+                }
+            )
+        self._core._force_close(exc)
+
+    def _force_close(self, exc) -> None:
+        self._core._force_close(exc)
+
+    def _report(self, message, exc) -> None:
+        self._loop.call_exception_handler(
+            {
+                "message": message,
+                "exception": exc,
+                "transport": self,
+                "protocol": self._core.get_protocol(),
+            }
+        )
+
+    def _call_connection_lost(self, exc) -> None:
+        protocol = self._core.get_protocol()
+        try:
+            if protocol is not None:
+                protocol.connection_lost(exc)
+        finally:
+            self._core._detach()
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+            self._loop = None
+
+
+for _name in _DATAGRAM_HOT:
+    setattr(DatagramTransport, _name, _forward(_name, "DatagramTransport"))
+del _name
+
+
+class _SelectorDatagramTransport(selector_events._SelectorDatagramTransport):  # type: ignore[name-defined,misc]
+    """asyncio's datagram transport, where the native core is missing."""
+
+    def __repr__(self) -> str:
+        return _describe(self)
+
+
+def make_datagram_transport(loop, sock, protocol, address=None, waiter=None, extra=None):
+    """A datagram transport: the native one where this platform has it."""
+    if DatagramCore is None:  # pragma: no cover
+        return _SelectorDatagramTransport(loop, sock, protocol, address, waiter, extra)
+    return DatagramTransport(loop, sock, protocol, address, waiter, extra)

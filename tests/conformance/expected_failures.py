@@ -166,8 +166,8 @@ NOT_APPLICABLE: list[tuple[str, str]] = [
             ("SelectorTransportTests", "_SelectorTransport"),
             ("SelectorSocketTransportTests", "_SelectorSocketTransport"),
             ("SelectorSocketTransportBufferedProtocolTests", "_SelectorSocketTransport"),
-            # rsloop's DatagramTransport subclasses this very class unchanged; its
-            # behaviour on a real loop is covered by test_events' UDP tests.
+            # rsloop's DatagramTransport is native (DatagramCore); its behaviour on a
+            # real loop is covered by test_events' UDP tests and tests/test_datagram.py.
             ("SelectorDatagramTransportTests", "_SelectorDatagramTransport"),
         )
     ],

@@ -2,6 +2,8 @@
 
 pub mod convert;
 pub mod loop_;
+#[cfg(unix)]
+pub mod sockaddr;
 mod support;
 
 use pyo3::prelude::*;
@@ -13,5 +15,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<crate::handles::TimerHandle>()?;
     #[cfg(unix)]
     m.add_class::<crate::transports::stream::StreamCore>()?;
+    #[cfg(unix)]
+    m.add_class::<crate::transports::datagram::DatagramCore>()?;
     Ok(())
 }

@@ -10,6 +10,8 @@ pub mod eventfd;
 pub mod fd;
 #[cfg(unix)]
 pub mod sock;
+#[cfg(unix)]
+pub mod sockaddr;
 
 pub use errno::{errno_name, error_code, os_error, strerror, OsError};
 #[cfg(unix)]

@@ -1,10 +1,12 @@
-//! Stream-socket calls for the transports: receive, vectored send, half-close.
-//! Owns: the `recv`/`sendmsg`/`shutdown` calls on fds the caller names. Not: owning those
-//! fds (the Python socket object does), deciding what a result means.
+//! Socket calls for the transports: receive, vectored send, half-close (streams) and
+//! `recvfrom`/`send`/`sendto` (datagrams).
+//! Owns: the `recv`/`sendmsg`/`shutdown`/`recvfrom`/`sendto` calls on fds the caller names.
+//! Not: owning those fds (the Python socket object does), deciding what a result means.
 
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
 
+use super::sockaddr::SockAddr;
 use super::syscall;
 
 /// Most slices passed to one `sendmsg` (Linux's `UIO_MAXIOV`; POSIX guarantees 16, every
@@ -53,6 +55,46 @@ pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     // SAFETY: no pointer arguments.
     syscall!(shutdown(fd, libc::SHUT_WR))?;
     Ok(())
+}
+
+/// `recvfrom(fd, buf)`: one datagram (truncated to `buf`) and its sender's address.
+pub fn recv_from(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SockAddr)> {
+    let mut addr = SockAddr::empty();
+    let (name, len) = addr.raw_mut();
+    // SAFETY: `buf` is writable for `buf.len()` bytes; `name` points at `addr`'s storage,
+    // whose size `*len` holds on entry, and both live until the call returns.
+    let n = syscall!(recvfrom(
+        fd,
+        buf.as_mut_ptr().cast(),
+        buf.len(),
+        0,
+        name,
+        len
+    ))?;
+    Ok((n as usize, addr))
+}
+
+/// `send(fd, data)` on a connected datagram socket: the bytes the kernel took.
+pub fn send(fd: RawFd, data: &[u8]) -> io::Result<usize> {
+    // SAFETY: `data` is readable for `data.len()` bytes for the call.
+    let n = syscall!(send(fd, data.as_ptr().cast(), data.len(), SEND_FLAGS))?;
+    Ok(n as usize)
+}
+
+/// `sendto(fd, data, addr)`: the bytes the kernel took.
+pub fn send_to(fd: RawFd, data: &[u8], addr: &SockAddr) -> io::Result<usize> {
+    let (name, len) = addr.raw();
+    // SAFETY: `data` is readable for `data.len()` bytes and `name` for `len` bytes (the
+    // address's initialised storage) for the call.
+    let n = syscall!(sendto(
+        fd,
+        data.as_ptr().cast(),
+        data.len(),
+        SEND_FLAGS,
+        name,
+        len
+    ))?;
+    Ok(n as usize)
 }
 
 /// A `msghdr` with its iovec array, for a `sendmsg` the kernel performs later (io_uring).
@@ -111,5 +153,23 @@ mod tests {
         assert_eq!(&buf[..got], b"abcde");
         shutdown_write(a.as_raw_fd()).expect("shutdown");
         assert_eq!(recv(b.as_raw_fd(), &mut buf).expect("eof"), 0);
+    }
+
+    #[test]
+    fn datagrams_carry_their_sender() {
+        use super::super::sockaddr::AddrView;
+        use std::net::UdpSocket;
+        let a = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let b = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let port = |s: &UdpSocket| s.local_addr().expect("addr").port();
+        let to = SockAddr::inet([127, 0, 0, 1], port(&b));
+        assert_eq!(send_to(a.as_raw_fd(), b"hi", &to).expect("sendto"), 2);
+        let mut buf = [0u8; 16];
+        let (n, from) = recv_from(b.as_raw_fd(), &mut buf).expect("recvfrom");
+        assert_eq!(&buf[..n], b"hi");
+        assert!(matches!(from.view(), AddrView::Inet([127, 0, 0, 1], p) if p == port(&a)));
+        b.connect(("127.0.0.1", port(&a))).expect("connect");
+        assert_eq!(send(b.as_raw_fd(), b"").expect("send"), 0);
+        assert_eq!(recv_from(a.as_raw_fd(), &mut buf).expect("empty").0, 0);
     }
 }

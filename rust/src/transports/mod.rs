@@ -3,4 +3,8 @@
 //! per-connection glue (`rsloop/_transports.py`, `rsloop/_net.py`).
 
 #[cfg(unix)]
+pub mod addrs;
+#[cfg(unix)]
+pub mod datagram;
+#[cfg(unix)]
 pub mod stream;

@@ -1,0 +1,885 @@
+//! `DatagramCore`: the per-datagram half of a UDP or Unix datagram transport.
+//! Owns: receiving into the protocol (`datagram_received` / `error_received`), `sendto`
+//! and its queue of (datagram, address), flow control at the water marks, the
+//! closing/lost state machine. Not: the transport object Python sees
+//! (`rsloop._transports.DatagramTransport`: extra info, repr, `connection_lost` and socket
+//! close, error reporting), turning addresses into Python objects (`py/sockaddr.rs`).
+//!
+//! Behaviour is asyncio's `_SelectorDatagramTransport` step for step, for the running
+//! Python's version (the shell passes what differs: empty datagrams and the write-buffer
+//! count): one `recvfrom` per readiness, a datagram that can leave at once leaves at once,
+//! the rest queues with its address and leaves on writability. Addresses of the three
+//! native families are converted here; any other family or address form goes through the
+//! Python socket's own `recvfrom`/`send`/`sendto`, so its errors are Python's.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io;
+
+use pyo3::exceptions::{
+    PyAttributeError, PyBlockingIOError, PyInterruptedError, PyKeyboardInterrupt, PyOSError,
+    PySystemExit, PyTypeError, PyValueError,
+};
+use pyo3::gc::PyVisit;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString, PyTuple};
+use pyo3::PyTraverseError;
+
+use super::addrs::AddrCache;
+use crate::core::watchers::Side;
+use crate::errors::os_error;
+use crate::py::loop_::Loop;
+use crate::py::sockaddr;
+use crate::sys::buffer::buffer_to_vec;
+use crate::sys::gil::GilCell;
+use crate::sys::sock;
+use crate::sys::sockaddr::SockAddr;
+
+/// asyncio's `max_size`: the most one receive asks for.
+const MAX_READ: usize = 256 * 1024;
+/// asyncio's `LOG_THRESHOLD_FOR_CONNLOST_WRITES`.
+const LOST_WRITES_LOG_THRESHOLD: u32 = 5;
+/// asyncio's default high-water mark (64 KiB); the low one is a quarter of it.
+const DEFAULT_HIGH: i64 = 64 * 1024;
+const WRITE_ERROR: &str = "Fatal write error on datagram transport";
+const READ_ERROR: &str = "Fatal read error on datagram transport";
+
+thread_local! {
+    /// One receive buffer per loop thread, shared by its datagram transports.
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; MAX_READ].into_boxed_slice());
+}
+
+static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Queued bytes: a `bytes` object kept as is, or a copy of anything mutable.
+enum Chunk {
+    Shared(Py<PyBytes>),
+    Owned(Vec<u8>),
+}
+
+impl Chunk {
+    fn bytes<'a>(&'a self, py: Python<'_>) -> &'a [u8] {
+        match self {
+            Chunk::Shared(b) => b.as_bytes(py),
+            Chunk::Owned(v) => v,
+        }
+    }
+}
+
+/// Where a datagram goes.
+enum Dest {
+    /// The connected peer: `send`.
+    Peer,
+    /// `sendto` this address.
+    Addr(SockAddr),
+    /// Python's `socket.sendto(data, addr)`: a form or family parsed there.
+    Python(Py<PyAny>),
+}
+
+struct Queued {
+    chunk: Chunk,
+    dest: Dest,
+}
+
+/// What one send attempt found.
+enum Sent {
+    Done,
+    WouldBlock,
+    /// An `OSError`: for `protocol.error_received`.
+    Os(PyErr),
+    /// Anything else: a fatal error.
+    Fatal(PyErr),
+}
+
+struct State {
+    protocol: Option<Py<PyAny>>,
+    /// The Python transport object (cleared after `connection_lost`).
+    shell: Option<Py<PyAny>>,
+    /// The Python socket, for what is left to it (cleared after `connection_lost`).
+    sock: Option<Py<PyAny>>,
+    /// The `remote_addr` given at creation, if truthy.
+    address: Option<Py<PyAny>>,
+    closing: bool,
+    paused: bool,
+    writing: bool,
+    /// Set once `connection_lost` is scheduled; counts sends made after that.
+    conn_lost: u32,
+    queue: VecDeque<Queued>,
+    /// Bytes in the queue.
+    queued: usize,
+    /// asyncio's `_buffer_size` (3.11+): `len(data)` (+ 8 on 3.13) in, bytes out.
+    counter: i64,
+    high: i64,
+    low: i64,
+    protocol_paused: bool,
+    /// Recent peers' address objects: a repeat sender gets the same object, and a reply
+    /// to it skips the parsing.
+    addrs: AddrCache,
+}
+
+/// The per-datagram core of a datagram transport.
+#[pyclass(frozen, module = "rsloop._rsloop", name = "DatagramCore")]
+pub struct DatagramCore {
+    fd: i32,
+    family: i32,
+    /// The socket had a peer at creation: asyncio then uses `send`, never `sendto`.
+    connected: bool,
+    /// 3.13+: empty datagrams are sent, not dropped.
+    allow_empty: bool,
+    /// `None`: the write-buffer size is the queued bytes (3.10); `Some(n)`: asyncio's
+    /// counter, with `n` header bytes per datagram (0 on 3.11/3.12, 8 on 3.13).
+    size_header: Option<i64>,
+    loop_: Py<Loop>,
+    state: GilCell<State>,
+}
+
+fn is_exit(err: &PyErr, py: Python<'_>) -> bool {
+    err.is_instance_of::<PySystemExit>(py) || err.is_instance_of::<PyKeyboardInterrupt>(py)
+}
+
+fn would_block(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+fn native_family(family: i32) -> bool {
+    matches!(family, libc::AF_INET | libc::AF_INET6 | libc::AF_UNIX)
+}
+
+/// asyncio's `except` ladder around a socket call made in Python.
+fn classify(py: Python<'_>, e: PyErr) -> PyResult<Sent> {
+    if is_exit(&e, py) {
+        return Err(e);
+    }
+    if e.is_instance_of::<PyBlockingIOError>(py) || e.is_instance_of::<PyInterruptedError>(py) {
+        return Ok(Sent::WouldBlock);
+    }
+    if e.is_instance_of::<PyOSError>(py) {
+        return Ok(Sent::Os(e));
+    }
+    Ok(Sent::Fatal(e))
+}
+
+fn native_result(res: io::Result<usize>) -> Sent {
+    match res {
+        Ok(_) => Sent::Done,
+        Err(e) if would_block(&e) => Sent::WouldBlock,
+        Err(e) => Sent::Os(os_error(&e)),
+    }
+}
+
+/// The data given to `sendto`, checked as asyncio checks it.
+enum Payload<'py> {
+    Bytes(Bound<'py, PyBytes>),
+    /// A copy of a readable buffer.
+    Copied(Vec<u8>),
+    /// A buffer we cannot read as plain bytes: Python's socket call raises for it.
+    Foreign(Bound<'py, PyAny>),
+}
+
+impl<'py> Payload<'py> {
+    fn of(data: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(b) = data.cast::<PyBytes>() {
+            return Ok(Payload::Bytes(b.clone()));
+        }
+        if !data.is_instance_of::<PyByteArray>() && !data.is_instance_of::<PyMemoryView>() {
+            return Err(PyTypeError::new_err(format!(
+                "data argument must be a bytes-like object, not {}",
+                data.get_type().name()?.repr()?
+            )));
+        }
+        Ok(match buffer_to_vec(data) {
+            Ok(v) => Payload::Copied(v),
+            Err(_) => Payload::Foreign(data.clone()),
+        })
+    }
+
+    fn is_empty(&self, data: &Bound<'py, PyAny>) -> PyResult<bool> {
+        match self {
+            Payload::Bytes(b) => Ok(b.as_bytes().is_empty()),
+            _ => Ok(!data.is_truthy()?),
+        }
+    }
+
+    /// `len(data)` as asyncio counts it (elements, for a memoryview).
+    fn py_len(&self, data: &Bound<'py, PyAny>) -> PyResult<usize> {
+        match self {
+            Payload::Bytes(b) => Ok(b.as_bytes().len()),
+            _ => data.len(),
+        }
+    }
+
+    /// `bytes(data)`, for the queue.
+    fn into_chunk(self) -> PyResult<Chunk> {
+        Ok(match self {
+            Payload::Bytes(b) => Chunk::Shared(b.unbind()),
+            Payload::Copied(v) => Chunk::Owned(v),
+            Payload::Foreign(obj) => {
+                let b = obj.py().get_type::<PyBytes>().call1((obj,))?;
+                Chunk::Shared(b.cast_into::<PyBytes>()?.unbind())
+            }
+        })
+    }
+}
+
+impl DatagramCore {
+    fn shell(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.state
+            .with(py, |s| s.shell.as_ref().map(|x| x.clone_ref(py)))
+    }
+
+    fn protocol(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.state
+            .with(py, |s| s.protocol.as_ref().map(|x| x.clone_ref(py)))
+    }
+
+    fn watch(&self, slf: &Bound<'_, Self>, side: Side) -> PyResult<()> {
+        let py = slf.py();
+        let name = match side {
+            Side::Read => intern!(py, "_read_ready"),
+            Side::Write => intern!(py, "_sendto_ready"),
+        };
+        let cb = slf.getattr(name)?.unbind();
+        let fd = PyInt::new(py, self.fd);
+        self.loop_
+            .get()
+            .add_watcher(py, fd.as_any(), side, cb, PyTuple::empty(py).unbind())?;
+        if side == Side::Write {
+            self.state.with(py, |s| s.writing = true);
+        }
+        Ok(())
+    }
+
+    fn unwatch(&self, py: Python<'_>, side: Side) -> PyResult<()> {
+        if side == Side::Write {
+            self.state.with(py, |s| s.writing = false);
+        }
+        let fd = PyInt::new(py, self.fd);
+        self.loop_.get().remove_watcher(py, fd.as_any(), side)?;
+        Ok(())
+    }
+
+    /// `transport._fatal_error(exc, message)` on the Python side.
+    /// After `connection_lost` (only `sendto` gets here then) asyncio's `_fatal_error`
+    /// fails on its cleared `_loop`; so does this.
+    fn fatal(&self, py: Python<'_>, err: PyErr, message: &str) -> PyResult<()> {
+        let Some(shell) = self.shell(py) else {
+            let lost = PyAttributeError::new_err(
+                "'NoneType' object has no attribute 'call_exception_handler'",
+            );
+            lost.set_context(py, Some(err));
+            return Err(lost);
+        };
+        shell.call_method1(
+            py,
+            intern!(py, "_fatal_error"),
+            (err.into_value(py), message),
+        )?;
+        Ok(())
+    }
+
+    fn error_received(&self, py: Python<'_>, err: PyErr) -> PyResult<()> {
+        if let Some(p) = self.protocol(py) {
+            p.call_method1(py, intern!(py, "error_received"), (err.into_value(py),))?;
+        }
+        Ok(())
+    }
+
+    fn size(&self, s: &State) -> i64 {
+        match self.size_header {
+            None => s.queued as i64,
+            Some(_) => s.counter,
+        }
+    }
+
+    fn maybe_pause_protocol(&self, py: Python<'_>) -> PyResult<()> {
+        let protocol = self.state.with(py, |s| {
+            if self.size(s) <= s.high || s.protocol_paused {
+                return None;
+            }
+            s.protocol_paused = true;
+            s.protocol.as_ref().map(|p| p.clone_ref(py))
+        });
+        match protocol {
+            Some(p) => self.protocol_hook(py, &p, intern!(py, "pause_writing")),
+            None => Ok(()),
+        }
+    }
+
+    fn maybe_resume_protocol(&self, py: Python<'_>) -> PyResult<()> {
+        let protocol = self.state.with(py, |s| {
+            if !(s.protocol_paused && self.size(s) <= s.low) {
+                return None;
+            }
+            s.protocol_paused = false;
+            s.protocol.as_ref().map(|p| p.clone_ref(py))
+        });
+        match protocol {
+            Some(p) => self.protocol_hook(py, &p, intern!(py, "resume_writing")),
+            None => Ok(()),
+        }
+    }
+
+    // pause_writing / resume_writing: an exception goes to the loop's handler.
+    fn protocol_hook(
+        &self,
+        py: Python<'_>,
+        protocol: &Py<PyAny>,
+        method: &Bound<'_, PyString>,
+    ) -> PyResult<()> {
+        match protocol.call_method0(py, method) {
+            Ok(_) => Ok(()),
+            Err(e) if is_exit(&e, py) => Err(e),
+            Err(e) => {
+                if let Some(shell) = self.shell(py) {
+                    let message = format!("protocol.{}() failed", method.to_str()?);
+                    shell.call_method1(py, intern!(py, "_report"), (message, e.into_value(py)))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Where `addr` sends to (the cached kernel form when `addr` is the last address).
+    fn dest(&self, py: Python<'_>, addr: &Bound<'_, PyAny>) -> Dest {
+        if self.connected {
+            return Dest::Peer;
+        }
+        // `None` (an unnamed sender's address) is for Python's socket to refuse.
+        if addr.is_none() {
+            return Dest::Python(addr.clone().unbind());
+        }
+        let cached = self.state.with(py, |s| s.addrs.sockaddr_for(addr));
+        if let Some(sa) = cached {
+            return Dest::Addr(sa);
+        }
+        if !native_family(self.family) {
+            return Dest::Python(addr.clone().unbind());
+        }
+        match sockaddr::from_python(self.family, addr) {
+            Some(sa) => {
+                let obj = addr.clone().unbind();
+                let old = self.state.with(py, |s| s.addrs.remember_sent(sa, obj));
+                drop(old);
+                Dest::Addr(sa)
+            }
+            None => Dest::Python(addr.clone().unbind()),
+        }
+    }
+
+    /// The Python object for a received address (the cached one when it repeats).
+    fn addr_object(&self, py: Python<'_>, addr: &SockAddr) -> PyResult<Py<PyAny>> {
+        let cached = self.state.with(py, |s| s.addrs.object_for(py, addr));
+        if let Some(obj) = cached {
+            return Ok(obj);
+        }
+        let obj = sockaddr::to_python(py, addr)?.unbind();
+        let keep = obj.clone_ref(py);
+        let old = self
+            .state
+            .with(py, |s| s.addrs.remember_received(*addr, keep));
+        drop(old);
+        Ok(obj)
+    }
+
+    /// A socket method called in Python (`send`/`sendto`/`recvfrom`). After
+    /// `connection_lost` the socket is gone, as asyncio's `self._sock` is `None`.
+    fn sock_call<'py>(
+        &self,
+        py: Python<'py>,
+        method: &Bound<'py, PyString>,
+        args: impl pyo3::call::PyCallArgs<'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let sock = self
+            .state
+            .with(py, |s| s.sock.as_ref().map(|x| x.clone_ref(py)));
+        match sock {
+            Some(sock) => sock.bind(py).call_method1(method, args),
+            None => Err(PyAttributeError::new_err(format!(
+                "'NoneType' object has no attribute '{}'",
+                method.to_str()?
+            ))),
+        }
+    }
+
+    /// One send of `data` to `dest`; `addr` is the address object asyncio would pass.
+    /// `foreign`: send this object through the Python socket instead (a buffer we cannot
+    /// read, or no socket any more).
+    fn send_one(
+        &self,
+        py: Python<'_>,
+        data: &[u8],
+        foreign: Option<&Bound<'_, PyAny>>,
+        dest: &Dest,
+        addr: &Bound<'_, PyAny>,
+    ) -> PyResult<Sent> {
+        let through_python = |obj: Bound<'_, PyAny>| -> PyResult<Sent> {
+            let res = match dest {
+                Dest::Peer => self.sock_call(py, intern!(py, "send"), (obj,)),
+                _ => self.sock_call(py, intern!(py, "sendto"), (obj, addr)),
+            };
+            match res {
+                Ok(_) => Ok(Sent::Done),
+                Err(e) => classify(py, e),
+            }
+        };
+        if let Some(obj) = foreign {
+            return through_python(obj.clone());
+        }
+        match dest {
+            Dest::Peer => Ok(native_result(sock::send(self.fd, data))),
+            Dest::Addr(sa) => Ok(native_result(sock::send_to(self.fd, data, sa))),
+            Dest::Python(_) => through_python(PyBytes::new(py, data).into_any()),
+        }
+    }
+
+    fn log_lost_write(py: Python<'_>) -> PyResult<()> {
+        let logger = LOGGER.get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("asyncio.log")?.getattr("logger")?.unbind())
+        })?;
+        logger.call_method1(
+            py,
+            intern!(py, "warning"),
+            ("socket.send() raised exception.",),
+        )?;
+        Ok(())
+    }
+
+    fn schedule_connection_lost(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
+        if let Some(shell) = self.shell(py) {
+            let cb = shell.getattr(py, intern!(py, "_call_connection_lost"))?;
+            let args = PyTuple::new(py, [exc])?.unbind();
+            self.loop_.get().call_soon_native(py, cb, args)?;
+        }
+        Ok(())
+    }
+
+    /// A receive through Python's `socket.recvfrom` (a family not converted here).
+    fn read_python(&self, py: Python<'_>, protocol: Py<PyAny>) -> PyResult<()> {
+        match self.sock_call(py, intern!(py, "recvfrom"), (MAX_READ,)) {
+            Ok(pair) => {
+                let (data, addr): (Py<PyAny>, Py<PyAny>) = pair.extract()?;
+                protocol.call_method1(py, intern!(py, "datagram_received"), (data, addr))?;
+                Ok(())
+            }
+            Err(e) => match classify(py, e)? {
+                Sent::Done | Sent::WouldBlock => Ok(()),
+                Sent::Os(e) => self.error_received(py, e),
+                Sent::Fatal(e) => self.fatal(py, e, READ_ERROR),
+            },
+        }
+    }
+}
+
+#[pymethods]
+impl DatagramCore {
+    #[new]
+    #[pyo3(signature = (loop_, shell, sock, fd, family, protocol, address, connected, allow_empty, size_header))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        loop_: Py<Loop>,
+        shell: Py<PyAny>,
+        sock: Py<PyAny>,
+        fd: i32,
+        family: i32,
+        protocol: Py<PyAny>,
+        address: Option<Py<PyAny>>,
+        connected: bool,
+        allow_empty: bool,
+        size_header: Option<i64>,
+    ) -> Self {
+        DatagramCore {
+            fd,
+            family,
+            connected,
+            allow_empty,
+            size_header,
+            loop_,
+            state: GilCell::new(State {
+                protocol: Some(protocol),
+                shell: Some(shell),
+                sock: Some(sock),
+                address,
+                closing: false,
+                paused: false,
+                writing: false,
+                conn_lost: 0,
+                queue: VecDeque::new(),
+                queued: 0,
+                counter: 0,
+                high: DEFAULT_HIGH,
+                low: DEFAULT_HIGH / 4,
+                protocol_paused: false,
+                addrs: AddrCache::default(),
+            }),
+        }
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.loop_)?;
+        if let Some(s) = self.state.peek_for_gc(&visit) {
+            for o in [&s.protocol, &s.shell, &s.sock, &s.address]
+                .into_iter()
+                .flatten()
+            {
+                visit.call(o)?;
+            }
+            s.addrs.traverse(&visit)?;
+            for q in &s.queue {
+                if let Chunk::Shared(b) = &q.chunk {
+                    visit.call(b)?;
+                }
+                if let Dest::Python(a) = &q.dest {
+                    visit.call(a)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let taken = Python::attach(|py| self.state.with(py, |s| (take_all(s), s.address.take())));
+        drop(taken);
+    }
+
+    // ----- reading -----
+
+    /// Starts watching for datagrams (scheduled right after `connection_made`).
+    fn _start_reading(slf: &Bound<'_, Self>) -> PyResult<()> {
+        if slf.get().is_reading(slf.py()) {
+            slf.get().watch(slf, Side::Read)?;
+        }
+        Ok(())
+    }
+
+    /// The fd is readable: one `recvfrom`, handed to the protocol.
+    fn _read_ready(&self, py: Python<'_>) -> PyResult<()> {
+        let (lost, protocol) = self.state.with(py, |s| {
+            (s.conn_lost, s.protocol.as_ref().map(|p| p.clone_ref(py)))
+        });
+        let Some(protocol) = protocol.filter(|_| lost == 0) else {
+            return Ok(());
+        };
+        if !native_family(self.family) {
+            return self.read_python(py, protocol);
+        }
+        let got = SCRATCH.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            sock::recv_from(self.fd, &mut buf).map(|(n, addr)| (PyBytes::new(py, &buf[..n]), addr))
+        });
+        let (data, addr) = match got {
+            Ok(got) => got,
+            Err(e) if would_block(&e) => return Ok(()),
+            Err(e) => return self.error_received(py, os_error(&e)),
+        };
+        let addr = match self.addr_object(py, &addr) {
+            Ok(a) => a,
+            Err(e) if is_exit(&e, py) => return Err(e),
+            Err(e) => return self.fatal(py, e, READ_ERROR),
+        };
+        // As asyncio: an exception from the protocol goes to the loop's handler.
+        protocol.call_method1(py, intern!(py, "datagram_received"), (data, addr))?;
+        Ok(())
+    }
+
+    // ----- writing -----
+
+    #[pyo3(signature = (data, addr = None))]
+    fn sendto(
+        slf: &Bound<'_, Self>,
+        data: &Bound<'_, PyAny>,
+        addr: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let payload = Payload::of(data)?;
+        if !this.allow_empty && payload.is_empty(data)? {
+            return Ok(());
+        }
+        let none = py.None().into_bound(py);
+        let mut addr = addr.unwrap_or(&none).clone();
+        let (address, lost, idle, gone) = this.state.with(py, |s| {
+            (
+                s.address.as_ref().map(|a| a.clone_ref(py)),
+                s.conn_lost,
+                s.queue.is_empty(),
+                s.sock.is_none(),
+            )
+        });
+        if let Some(address) = &address {
+            let address = address.bind(py);
+            if !(addr.is_none() || address.is(&addr) || address.eq(&addr)?) {
+                return Err(PyValueError::new_err(format!(
+                    "Invalid address: must be None or {}",
+                    address.str()?
+                )));
+            }
+            addr = address.clone();
+            if lost > 0 {
+                if lost >= LOST_WRITES_LOG_THRESHOLD {
+                    Self::log_lost_write(py)?;
+                }
+                this.state.with(py, |s| s.conn_lost += 1);
+                return Ok(());
+            }
+        }
+        let py_len = payload.py_len(data)?;
+        let dest = this.dest(py, &addr);
+        if idle {
+            let (bytes, foreign): (&[u8], _) = match &payload {
+                _ if gone => (&[], Some(data)),
+                Payload::Bytes(b) => (b.as_bytes(), None),
+                Payload::Copied(v) => (v, None),
+                Payload::Foreign(obj) => (&[], Some(obj)),
+            };
+            match this.send_one(py, bytes, foreign, &dest, &addr)? {
+                Sent::Done => return Ok(()),
+                Sent::WouldBlock => this.watch(slf, Side::Write)?,
+                Sent::Os(e) => return this.error_received(py, e),
+                Sent::Fatal(e) => return this.fatal(py, e, WRITE_ERROR),
+            }
+        }
+        let chunk = payload.into_chunk()?;
+        let header = this.size_header.unwrap_or(0);
+        this.state.with(py, |s| {
+            s.queued += chunk.bytes(py).len();
+            s.counter += py_len as i64 + header;
+            s.queue.push_back(Queued { chunk, dest });
+        });
+        this.maybe_pause_protocol(py)
+    }
+
+    /// The fd is writable: send what is queued, in order, until the kernel pushes back.
+    fn _sendto_ready(&self, py: Python<'_>) -> PyResult<()> {
+        loop {
+            let item = self.state.with(py, |s| {
+                let q = s.queue.pop_front()?;
+                let n = q.chunk.bytes(py).len();
+                s.queued -= n;
+                s.counter -= n as i64;
+                Some(q)
+            });
+            let Some(item) = item else { break };
+            let addr = match &item.dest {
+                Dest::Python(a) => a.clone_ref(py),
+                _ => py.None(),
+            };
+            let sent = self.send_one(py, item.chunk.bytes(py), None, &item.dest, addr.bind(py))?;
+            match sent {
+                Sent::Done => drop(item),
+                Sent::WouldBlock => {
+                    self.state.with(py, |s| {
+                        let n = item.chunk.bytes(py).len();
+                        s.queued += n;
+                        s.counter += n as i64;
+                        s.queue.push_front(item);
+                    });
+                    break;
+                }
+                Sent::Os(e) => {
+                    drop(item);
+                    return self.error_received(py, e);
+                }
+                Sent::Fatal(e) => {
+                    drop(item);
+                    return self.fatal(py, e, WRITE_ERROR);
+                }
+            }
+        }
+        self.maybe_resume_protocol(py)?;
+        let (empty, closing) = self.state.with(py, |s| (s.queue.is_empty(), s.closing));
+        if empty {
+            self.unwatch(py, Side::Write)?;
+            if closing {
+                if let Some(shell) = self.shell(py) {
+                    shell.call_method1(py, intern!(py, "_call_connection_lost"), (py.None(),))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ----- closing -----
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let (was_closing, empty) = self.state.with(py, |s| {
+            let was = s.closing;
+            s.closing = true;
+            (was, s.queue.is_empty())
+        });
+        if was_closing {
+            return Ok(());
+        }
+        self.unwatch(py, Side::Read)?;
+        if empty {
+            self.state.with(py, |s| s.conn_lost += 1);
+            self.unwatch(py, Side::Write)?;
+            self.schedule_connection_lost(py, py.None())?;
+        }
+        Ok(())
+    }
+
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self._force_close(py, py.None())
+    }
+
+    fn _force_close(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
+        let (lost, had_queue, was_closing) = self
+            .state
+            .with(py, |s| (s.conn_lost, !s.queue.is_empty(), s.closing));
+        if lost > 0 {
+            return Ok(());
+        }
+        if had_queue {
+            // asyncio clears the deque but not its `_buffer_size` (3.11+).
+            let dropped = self.state.with(py, |s| {
+                s.queued = 0;
+                std::mem::take(&mut s.queue)
+            });
+            drop(dropped);
+            self.unwatch(py, Side::Write)?;
+        }
+        if !was_closing {
+            self.state.with(py, |s| s.closing = true);
+            self.unwatch(py, Side::Read)?;
+        }
+        self.state.with(py, |s| s.conn_lost += 1);
+        self.schedule_connection_lost(py, exc)
+    }
+
+    /// After `connection_lost`: forget the protocol, the socket, the queue and the Python
+    /// transport, so no cycle outlives the transport. The remote address stays: `sendto`
+    /// still checks against it, as asyncio's does.
+    fn _detach(&self, py: Python<'_>) {
+        let taken = self.state.with(py, |s| {
+            s.queued = 0;
+            take_all(s)
+        });
+        drop(taken);
+    }
+
+    // ----- state -----
+
+    fn is_closing(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| s.closing)
+    }
+
+    fn is_reading(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| !s.closing && !s.paused)
+    }
+
+    fn pause_reading(&self, py: Python<'_>) -> PyResult<()> {
+        let go = self.state.with(py, |s| {
+            if s.closing || s.paused {
+                return false;
+            }
+            s.paused = true;
+            true
+        });
+        if go {
+            self.unwatch(py, Side::Read)?;
+        }
+        Ok(())
+    }
+
+    fn resume_reading(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let go = this.state.with(py, |s| {
+            if s.closing || !s.paused {
+                return false;
+            }
+            s.paused = false;
+            true
+        });
+        if go {
+            this.watch(slf, Side::Read)?;
+        }
+        Ok(())
+    }
+
+    fn get_protocol(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.protocol(py)
+    }
+
+    fn set_protocol(&self, py: Python<'_>, protocol: Py<PyAny>) {
+        let old = self.state.with(py, |s| s.protocol.replace(protocol));
+        drop(old);
+    }
+
+    fn get_write_buffer_size(&self, py: Python<'_>) -> i64 {
+        self.state.with(py, |s| self.size(s))
+    }
+
+    fn get_write_buffer_limits(&self, py: Python<'_>) -> (i64, i64) {
+        self.state.with(py, |s| (s.low, s.high))
+    }
+
+    #[pyo3(signature = (high = None, low = None))]
+    fn set_write_buffer_limits(
+        &self,
+        py: Python<'_>,
+        high: Option<&Bound<'_, PyAny>>,
+        low: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let high = high.filter(|h| !h.is_none());
+        let low = low.filter(|l| !l.is_none());
+        let high_v: i128 = match (high, low) {
+            (Some(h), _) => h.extract()?,
+            (None, Some(l)) => 4 * l.extract::<i128>()?,
+            (None, None) => i128::from(DEFAULT_HIGH),
+        };
+        let low_v: i128 = match low {
+            Some(l) => l.extract()?,
+            None => high_v.div_euclid(4),
+        };
+        if !(high_v >= low_v && low_v >= 0) {
+            return Err(PyValueError::new_err(format!(
+                "high ({high_v}) must be >= low ({low_v}) must be >= 0"
+            )));
+        }
+        let clamp = |v: i128| i64::try_from(v).unwrap_or(i64::MAX);
+        self.state.with(py, |s| {
+            s.high = clamp(high_v);
+            s.low = clamp(low_v);
+        });
+        self.maybe_pause_protocol(py)
+    }
+
+    // ----- for the Python side: repr, tests -----
+
+    #[getter]
+    fn _conn_lost(&self, py: Python<'_>) -> u32 {
+        self.state.with(py, |s| s.conn_lost)
+    }
+
+    #[getter]
+    fn _paused(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| s.paused)
+    }
+
+    #[getter]
+    fn _protocol_paused(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| s.protocol_paused)
+    }
+
+    #[getter]
+    fn _writing(&self, py: Python<'_>) -> bool {
+        self.state.with(py, |s| s.writing)
+    }
+}
+
+/// The state's Python objects but the address, taken out to drop outside the cell.
+type Taken = ([Option<Py<PyAny>>; 3], AddrCache, VecDeque<Queued>);
+
+fn take_all(s: &mut State) -> Taken {
+    (
+        [s.protocol.take(), s.shell.take(), s.sock.take()],
+        s.addrs.take(),
+        std::mem::take(&mut s.queue),
+    )
+}
