@@ -149,11 +149,15 @@ impl Driver {
     }
 
     /// Moves the receive completions reaped by the last `wait` into `out`.
+    // A Vec, not a slice: the uring driver appends to it.
+    #[cfg_attr(not(uring), allow(clippy::ptr_arg))]
     pub fn take_recvs(&mut self, out: &mut Vec<RecvCompletion>) {
         match self {
             #[cfg(uring)]
             Driver::Uring(d) => d.take_recvs(out),
-            Driver::Poll(_) => {}
+            Driver::Poll(_) => {
+                let _ = out;
+            }
         }
     }
 
