@@ -2,6 +2,8 @@
 
 pub mod convert;
 pub mod loop_;
+#[cfg(unix)]
+mod sock;
 mod support;
 
 use pyo3::prelude::*;
