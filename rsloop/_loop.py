@@ -424,3 +424,14 @@ for _name in _PENDING:
     if getattr(Loop, _name, None) is getattr(asyncio.AbstractEventLoop, _name, None):
         setattr(Loop, _name, _not_implemented(_name))
 del _name
+
+
+def _decline(self, *args):
+    return NotImplemented
+
+
+# Platforms whose native module has no sock_* fast path (not Unix): the Python code runs.
+for _name in ("_sock_recv", "_sock_recv_into", "_sock_sendall"):
+    if not hasattr(Loop, _name):
+        setattr(Loop, _name, _decline)
+del _name

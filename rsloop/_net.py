@@ -41,6 +41,8 @@ class NetMixin:
         # fd -> transport, as selector loops keep it: sock_* refuse an fd a live
         # transport owns.
         self._transports = weakref.WeakValueDictionary()
+        # The native sock_* methods look fds up in its dict before waiting on one.
+        self._set_transport_table(self._transports.data)  # type: ignore[attr-defined]
         # Listening Unix sockets to unlink on close (3.13's cleanup_socket): socket -> inode.
         self._unix_server_sockets: dict = {}
 

@@ -11,6 +11,11 @@ if it would block, park a future behind ``add_reader`` / ``add_writer`` whose ca
 retries the syscall (unless the future is already done, so a cancelled receive never
 consumes bytes), and drop the watcher from the future's done callback, which also runs
 on cancellation. Checks, messages and their order are asyncio's.
+
+``sock_recv``, ``sock_recv_into`` and ``sock_sendall`` first offer the call to the native
+loop (``Loop._sock_recv`` & co., ``rust/src/py/sock.rs``), which runs those same steps in
+Rust for a plain non-blocking ``socket.socket`` outside debug mode and answers with the
+result, a future to await, or ``NotImplemented``: then the code here runs.
 """
 
 from __future__ import annotations
@@ -294,6 +299,9 @@ class SockMixin:
         def _add_writer(self, fd: Any, callback: Callable[..., object], *args: Any) -> Any: ...
         def _remove_reader(self, fd: Any) -> bool: ...
         def _remove_writer(self, fd: Any) -> bool: ...
+        def _sock_recv(self, sock: Any, n: Any) -> Any: ...
+        def _sock_recv_into(self, sock: Any, buf: Any) -> Any: ...
+        def _sock_sendall(self, sock: Any, data: Any) -> Any: ...
         def get_debug(self) -> bool: ...
         def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any: ...
         def time(self) -> float: ...
@@ -333,21 +341,31 @@ class SockMixin:
 
     async def sock_recv(self, sock, n):
         """Receive up to ``n`` bytes from ``sock``."""
-        self._sock_check(sock)
-        try:
-            return sock.recv(n)
-        except (BlockingIOError, InterruptedError):
-            pass
-        return await self._sock_park(sock, False, _retry, sock, "recv", n)
+        res = self._sock_recv(sock, n)  # bytes, a future, or NotImplemented
+        if res.__class__ is bytes:
+            return res
+        if res is NotImplemented:
+            self._sock_check(sock)
+            try:
+                return sock.recv(n)
+            except (BlockingIOError, InterruptedError):
+                pass
+            res = self._sock_park(sock, False, _retry, sock, "recv", n)
+        return await res
 
     async def sock_recv_into(self, sock, buf):
         """Receive into the writable buffer ``buf``; return the number of bytes."""
-        self._sock_check(sock)
-        try:
-            return sock.recv_into(buf)
-        except (BlockingIOError, InterruptedError):
-            pass
-        return await self._sock_park(sock, False, _retry, sock, "recv_into", buf)
+        res = self._sock_recv_into(sock, buf)  # an int, a future, or NotImplemented
+        if res.__class__ is int:
+            return res
+        if res is NotImplemented:
+            self._sock_check(sock)
+            try:
+                return sock.recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                pass
+            res = self._sock_park(sock, False, _retry, sock, "recv_into", buf)
+        return await res
 
     async def sock_recvfrom(self, sock, bufsize):
         """Receive a datagram of up to ``bufsize`` bytes; return ``(data, address)``."""
@@ -371,14 +389,19 @@ class SockMixin:
 
     async def sock_sendall(self, sock, data):
         """Send all of ``data``; on error there is no telling how much the peer got."""
-        self._sock_check(sock)
-        try:
-            n = sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        if n == len(data):
+        res = self._sock_sendall(sock, data)  # None (all sent), a future, or NotImplemented
+        if res is None:
             return None
-        return await self._sock_park(sock, True, _send_rest, sock, memoryview(data), [n])
+        if res is NotImplemented:
+            self._sock_check(sock)
+            try:
+                n = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            if n == len(data):
+                return None
+            res = self._sock_park(sock, True, _send_rest, sock, memoryview(data), [n])
+        return await res
 
     async def sock_sendto(self, sock, data, address):
         """Send the datagram ``data`` to ``address``; return the number of bytes sent."""

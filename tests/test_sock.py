@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import gc
 import io
+import os
 import random
 import socket
 import ssl
+import weakref
 
 import pytest
 from conftest import is_rsloop_native
@@ -456,6 +459,260 @@ def test_parked_recv_fails_on_reset(loop, tcp_pair):
         assert info.value.errno == errno.ECONNRESET
 
     run(loop, main())
+
+
+# ----- Waiting, cancelling and failing: what the retry on readiness must keep -----
+
+
+def test_recv_cancelled_by_timeouts_leaves_bytes_for_the_next_recv(loop, tcp_pair):
+    client, server = tcp_pair
+
+    async def main():
+        for _ in range(3):
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(loop.sock_recv(server, 100), 0.01)
+        assert loop.remove_reader(server.fileno()) is False
+        client.send(b"after the timeouts")
+        assert await recv_exactly(loop, server, 18) == b"after the timeouts"
+
+    run(loop, main())
+
+
+def test_cancelled_recv_into_loses_no_data(loop, pair):
+    a, b = pair
+
+    async def main():
+        buf = bytearray(b"untouched")
+        task = loop.create_task(loop.sock_recv_into(a, buf))
+        await parked(task)
+        # As for sock_recv: readable and cancelled in the same iteration, the cancel wins.
+        b.send(b"keep me!!")
+        loop.call_soon(task.cancel)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)
+        assert buf == b"untouched"
+        assert loop.remove_reader(a.fileno()) is False
+        assert await loop.sock_recv_into(a, buf) == 9
+        assert buf == b"keep me!!"
+
+    run(loop, main())
+
+
+def test_recv_takes_at_most_n_bytes(loop, pair):
+    a, b = pair
+
+    async def main():
+        b.send(b"0123456789")
+        assert await loop.sock_recv(a, 0) == b""
+        assert await loop.sock_recv(a, 3) == b"012"
+        assert await loop.sock_recv_into(a, bytearray(0)) == 0
+        view = memoryview(bytearray(10))
+        assert await loop.sock_recv_into(a, view[2:6]) == 4
+        assert view[2:6] == b"3456"
+        assert await loop.sock_recv(a, 1 << 20) == b"789"
+
+    run(loop, main())
+
+
+def test_parked_recv_into_fills_a_slice(loop, pair):
+    a, b = pair
+
+    async def main():
+        buf = bytearray(b"..........")
+        task = loop.create_task(loop.sock_recv_into(a, memoryview(buf)[4:]))
+        await parked(task)
+        b.send(b"abcdefgh")
+        assert await task == 6
+        assert buf == b"....abcdef"
+        assert await loop.sock_recv(a, 10) == b"gh"
+
+    run(loop, main())
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview"])
+def test_sendall_4mib_to_a_slow_reader(loop, tcp_pair, kind):
+    client, server = tcp_pair
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32768)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)
+    data = payload(4 * MIB, 8)
+    wrapped = {"bytes": data, "bytearray": bytearray(data), "memoryview": memoryview(data)}[kind]
+
+    async def slow_reader():
+        got = bytearray()
+        while len(got) < len(data):
+            chunk = await loop.sock_recv(server, 16384)
+            assert chunk
+            got += chunk
+            if len(got) % 8 == 0:
+                await asyncio.sleep(0.0005)
+        return bytes(got)
+
+    async def main():
+        sent, got = await asyncio.gather(loop.sock_sendall(client, wrapped), slow_reader())
+        assert sent is None
+        assert got == data
+        await asyncio.sleep(0)
+        assert loop.remove_writer(client.fileno()) is False
+
+    run(loop, main(), timeout=30)
+
+
+def test_sendall_of_a_bytearray_sends_it_as_it_is_when_it_leaves(loop, pair):
+    """asyncio sends from a memoryview of the caller's buffer: while the call waits, the
+    buffer cannot be resized, and what is written into it is what leaves."""
+    a, b = pair
+
+    async def main():
+        filled = fill_send_buffer(a)
+        data = bytearray(MIB)
+        task = loop.create_task(loop.sock_sendall(a, data))
+        await parked(task)
+        with pytest.raises(BufferError):
+            data.extend(b"more")
+        data[-4:] = b"tail"
+        got = await recv_exactly(loop, b, filled + MIB)
+        await task
+        assert got[-4:] == b"tail"
+        await asyncio.sleep(0)
+        data.extend(b"more")  # the view is gone with the call
+
+    run(loop, main(), timeout=20)
+
+
+def test_cancelled_sendall_stops_sending(loop, pair):
+    a, b = pair
+
+    async def main():
+        filled = fill_send_buffer(a)
+        task = loop.create_task(loop.sock_sendall(a, b"y" * MIB))
+        await parked(task)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Drain what the kernel holds; nothing of the cancelled call may follow.
+        got = await recv_exactly(loop, b, filled)
+        assert got.count(b"y") == 0
+        for _ in range(5):
+            await asyncio.sleep(0.002)
+        with pytest.raises(BlockingIOError):
+            b.recv(1)
+
+    run(loop, main(), timeout=20)
+
+
+def test_sendall_fails_when_the_peer_resets(loop, tcp_pair):
+    client, server = tcp_pair
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+
+    async def main():
+        task = loop.create_task(loop.sock_sendall(client, payload(8 * MIB, 9)))
+        await parked(task)
+        assert await loop.sock_recv(server, 1000)
+        # linger 0: close() sends RST
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+        server.close()
+        with pytest.raises((ConnectionResetError, BrokenPipeError)) as info:
+            await task
+        assert info.value.errno in (errno.EPIPE, errno.ECONNRESET)
+        await asyncio.sleep(0)
+        assert loop.remove_writer(client.fileno()) is False
+
+    run(loop, main())
+
+
+def test_recv_on_a_reset_connection_raises_at_once(loop, tcp_pair):
+    client, server = tcp_pair
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+    client.close()
+
+    async def main():
+        with pytest.raises(ConnectionResetError) as info:
+            while True:  # the RST may need a moment to arrive
+                if not await asyncio.wait_for(loop.sock_recv(server, 10), 1):
+                    break
+        assert info.value.errno == errno.ECONNRESET
+
+    run(loop, main())
+
+
+def test_done_recv_leaves_a_watcher_that_replaced_it(loop, pair):
+    """A reader added on the fd after the call parked replaced its watcher (the call now
+    waits forever, as with asyncio); ending the call must not remove the new reader."""
+    a, _ = pair
+    fired = []
+
+    async def main():
+        task = loop.create_task(loop.sock_recv(a, 10))
+        await parked(task)
+        loop.add_reader(a.fileno(), fired.append, 1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)
+        assert loop.remove_reader(a.fileno()) is True
+
+    run(loop, main())
+    assert fired == []
+
+
+def test_socket_subclass_methods_are_used(loop, pair):
+    a, b = pair
+
+    class Counting(socket.socket):
+        calls: list[str] = []
+
+        def recv(self, n, *args):
+            self.calls.append("recv")
+            return super().recv(n, *args)
+
+        def send(self, data, *args):
+            self.calls.append("send")
+            return super().send(data, *args)
+
+    sub = Counting(a.family, a.type, fileno=os.dup(a.fileno()))
+    sub.setblocking(False)
+
+    async def main():
+        b.send(b"x")
+        assert await loop.sock_recv(sub, 10) == b"x"
+        await loop.sock_sendall(sub, b"y")
+        assert await loop.sock_recv(b, 10) == b"y"
+
+    try:
+        run(loop, main())
+    finally:
+        sub.close()
+    assert Counting.calls == ["recv", "send"]
+
+
+def test_abandoned_parked_calls_are_collected(loop, handler_log):
+    def park_and_abandon():
+        a, b = socket.socketpair()
+        nonblocking(a, b)
+
+        async def start():
+            fill_send_buffer(a)
+            tasks = [
+                loop.create_task(loop.sock_recv(a, 10)),
+                loop.create_task(loop.sock_recv_into(a, bytearray(10))),
+                loop.create_task(loop.sock_sendall(a, bytearray(MIB))),
+            ]
+            for t in tasks:
+                await parked(t)
+            return [weakref.ref(t) for t in tasks]
+
+        refs = [weakref.ref(a), *run(loop, start())]
+        loop.close()
+        a.close()
+        b.close()
+        return refs
+
+    refs = park_and_abandon()
+    gc.collect()
+    assert [r() for r in refs] == [None] * len(refs)
+    # The tasks were destroyed pending, which asyncio reports.
+    assert all("destroyed" in ctx["message"] for ctx in handler_log.take())
 
 
 # ----- sock_sendfile -----

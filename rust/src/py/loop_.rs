@@ -27,6 +27,8 @@ use crate::sys::python::{call_kw, thread_ident};
 pub struct Loop {
     pub(super) core: Arc<LoopCore>,
     pub(super) task_factory: GilCell<Option<Py<PyAny>>>,
+    /// The dict behind `loop._transports` (fd -> weak transport), for the `sock_*` check.
+    pub(super) transports: GilCell<Option<Py<PyDict>>>,
 }
 
 #[pymethods]
@@ -37,12 +39,18 @@ impl Loop {
         if let Some(f) = self.task_factory.peek_for_gc(&visit) {
             visit.call(f)?;
         }
+        if let Some(t) = self.transports.peek_for_gc(&visit) {
+            visit.call(t)?;
+        }
         self.core.traverse(&visit)
     }
 
     fn __clear__(&self) {
         let dropped = Python::attach(|py| {
-            let factory = self.task_factory.with(py, Option::take);
+            let factory = (
+                self.task_factory.with(py, Option::take),
+                self.transports.with(py, Option::take),
+            );
             let queued = if self.core.thread_id.load(Ordering::Relaxed) == 0 {
                 self.core.clear(py)
             } else {
@@ -74,6 +82,7 @@ impl Loop {
         Ok(Loop {
             core: Arc::new(LoopCore::new(requested, info)),
             task_factory: GilCell::new(None),
+            transports: GilCell::new(None),
         })
     }
 
@@ -366,6 +375,46 @@ impl Loop {
 
     fn remove_writer(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.remove_watcher(py, fd, Side::Write)
+    }
+
+    // ----- Low-level socket operations (the hot half; rsloop/_sock.py has the rest) -----
+
+    /// `sock_recv`'s work: the `bytes`, a future to await, or `NotImplemented` when
+    /// `rsloop/_sock.py` must run asyncio's code (see `py/sock.rs` for when).
+    #[cfg(unix)]
+    fn _sock_recv<'py>(
+        slf: &Bound<'py, Self>,
+        sock: &Bound<'py, PyAny>,
+        n: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        super::sock::recv(slf, sock, n)
+    }
+
+    /// `sock_recv_into`'s work: the byte count, a future, or `NotImplemented`.
+    #[cfg(unix)]
+    fn _sock_recv_into<'py>(
+        slf: &Bound<'py, Self>,
+        sock: &Bound<'py, PyAny>,
+        buf: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        super::sock::recv_into(slf, sock, buf)
+    }
+
+    /// `sock_sendall`'s work: `None` once all is sent, a future, or `NotImplemented`.
+    #[cfg(unix)]
+    fn _sock_sendall<'py>(
+        slf: &Bound<'py, Self>,
+        sock: &Bound<'py, PyAny>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        super::sock::sendall(slf, sock, data)
+    }
+
+    /// Tells the `sock_*` methods which dict maps fds to transports (`loop._transports`'
+    /// `data`): an fd found there goes through `_sock_check_fd_free` before a wait.
+    fn _set_transport_table(&self, py: Python<'_>, table: Option<Py<PyDict>>) {
+        let old = self.transports.with(py, |t| std::mem::replace(t, table));
+        drop(old);
     }
 
     // ----- Debug flag management -----

@@ -3,6 +3,8 @@
 pub mod convert;
 pub mod loop_;
 #[cfg(unix)]
+mod sock;
+#[cfg(unix)]
 pub mod sockaddr;
 mod support;
 

@@ -240,8 +240,6 @@ impl Loop {
         let fileobj = fd.clone().unbind();
         let fd = fileobj_to_fd(fd)?;
         self.check_closed()?;
-        let debug = self.core.debug();
-        let handle = self.make_handle(py, callback, args, None, debug)?;
         let already = self
             .core
             .queues
@@ -249,6 +247,24 @@ impl Loop {
         if !already {
             crate::sys::fd_check_pollable(fd).map_err(|e| crate::errors::os_error(&e))?;
         }
+        self.add_watcher_fd(py, fileobj, fd, side, callback, args)
+    }
+
+    /// `add_watcher` for an fd known to be pollable: the `sock_*` methods just had the
+    /// kernel take it as a socket, so `fd_check_pollable`'s two syscalls would only cost
+    /// time.
+    pub(crate) fn add_watcher_fd(
+        &self,
+        py: Python<'_>,
+        fileobj: Py<PyAny>,
+        fd: i32,
+        side: Side,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+    ) -> PyResult<Py<Handle>> {
+        self.check_closed()?;
+        let debug = self.core.debug();
+        let handle = self.make_handle(py, callback, args, None, debug)?;
         let ret = handle.clone_ref(py);
         let replaced = self
             .core
@@ -277,6 +293,35 @@ impl Loop {
             },
         };
         let removed = self.core.queues.with(py, |q| q.watchers.remove(fd, side));
+        self.finish_removal(py, removed)
+    }
+
+    /// Removes the watcher of `fd`/`side` only while `handle` is still its handle (asyncio's
+    /// `_sock_read_done` rule: a later `add_reader` on the fd replaced it, and removing would
+    /// strand that caller).
+    pub(crate) fn remove_watcher_if(
+        &self,
+        py: Python<'_>,
+        fd: i32,
+        side: Side,
+        handle: &Py<Handle>,
+    ) -> PyResult<bool> {
+        if self.core.closed.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let current = self.core.queues.with(py, |q| q.watchers.get(py, fd, side));
+        if !current.is_some_and(|h| h.is(handle)) {
+            return Ok(false);
+        }
+        let removed = self.core.queues.with(py, |q| q.watchers.remove(fd, side));
+        self.finish_removal(py, removed)
+    }
+
+    fn finish_removal(
+        &self,
+        py: Python<'_>,
+        removed: Option<crate::core::watchers::Removed>,
+    ) -> PyResult<bool> {
         match removed {
             Some((h, _fileobj)) => {
                 Handle::cancel_inner(h.bind(py))?;

@@ -1,12 +1,15 @@
-//! Bytes in and out of Python buffer objects (`bytearray`, `memoryview`, ...).
+//! Bytes in and out of Python buffer objects (`bytearray`, `memoryview`, ...) and new
+//! `bytes` objects filled by the kernel.
 //! Owns: reading and filling a buffer export while it is held. Not: deciding which objects
-//! are accepted (the transports check types first, as asyncio does).
+//! are accepted (the transports and `sock_*` methods check types first, as asyncio does).
 
 use std::io;
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 /// A copy of a C-contiguous buffer's bytes.
 pub fn buffer_to_vec(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
@@ -61,4 +64,77 @@ pub fn copy_into_buffer(obj: &Bound<'_, PyAny>, data: &[u8]) -> PyResult<usize> 
     // writes (n <= its length); `data` is a distinct Rust slice; no Python code runs.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, n) };
     Ok(n)
+}
+
+/// `sock.recv(n)` without the socket object: one `recv(fd, n)` (never blocking) into a new
+/// `bytes` of `n` bytes, shrunk in place to what arrived, as CPython's socket module builds
+/// it (no copy). The outer error is a Python one (`MemoryError` for an absurd `n`); the
+/// inner one the kernel's.
+pub fn recv_bytes<'py>(
+    py: Python<'py>,
+    fd: i32,
+    n: usize,
+) -> PyResult<io::Result<Bound<'py, PyBytes>>> {
+    let size = ffi::Py_ssize_t::try_from(n)
+        .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("recv size too large"))?;
+    // SAFETY: the GIL is held; PyBytesWriter_Create returns a writer owning room for `size`
+    // bytes, or NULL with an exception set.
+    let writer = unsafe { ffi::compat::PyBytesWriter_Create(size) };
+    if writer.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `writer` is live; its data pointer is valid for `size` bytes of writes until
+    // the writer is finished or discarded below, and no Python code runs in between.
+    let received = unsafe {
+        let data = ffi::compat::PyBytesWriter_GetData(writer).cast::<u8>();
+        super::sock::recv_nowait_raw(fd, data, n)
+    };
+    match received {
+        Ok(got) => {
+            // SAFETY: `got <= n` bytes were written; FinishWithSize consumes the writer and
+            // returns a new reference to a `bytes` of exactly `got` bytes, or NULL with an
+            // exception set.
+            let obj = unsafe {
+                let got = ffi::Py_ssize_t::try_from(got).unwrap_or(size);
+                Bound::from_owned_ptr_or_err(
+                    py,
+                    ffi::compat::PyBytesWriter_FinishWithSize(writer, got),
+                )?
+            };
+            Ok(Ok(obj.cast_into::<PyBytes>()?))
+        }
+        Err(e) => {
+            // SAFETY: `writer` is live and not used after this.
+            unsafe { ffi::compat::PyBytesWriter_Discard(writer) };
+            Ok(Err(e))
+        }
+    }
+}
+
+/// One `recv` (never blocking) into a held writable export; the caller checked that it is
+/// writable and C-contiguous.
+pub fn recv_into_export(fd: i32, buf: &PyUntypedBuffer) -> io::Result<usize> {
+    if buf.readonly() || !buf.is_c_contiguous() {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: the writable, contiguous export `buf` is held by the caller for the call, so
+    // `ptr..ptr+len` is valid for writes; no Python code runs meanwhile.
+    unsafe { super::sock::recv_nowait_raw(fd, buf.buf_ptr().cast(), buf.len_bytes()) }
+}
+
+/// One `send` (never blocking) of a held C-contiguous export from byte `start` on.
+pub fn send_export(fd: i32, buf: &PyUntypedBuffer, start: usize) -> io::Result<usize> {
+    if !buf.is_c_contiguous() {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let len = buf.len_bytes();
+    let ptr = buf.buf_ptr() as *const u8;
+    if start >= len || ptr.is_null() {
+        return super::sock::send_nowait(fd, &[]);
+    }
+    // SAFETY: the export `buf` is held by the caller for the call, so `ptr..ptr+len` is
+    // valid, contiguous memory (start < len); no Python code runs while the slice lives, so
+    // nothing can resize or write it meanwhile.
+    let rest = unsafe { std::slice::from_raw_parts(ptr.add(start), len - start) };
+    super::sock::send_nowait(fd, rest)
 }

@@ -1,7 +1,7 @@
-//! Socket calls for the transports: receive, vectored send, half-close (streams) and
-//! `recvfrom`/`send`/`sendto` (datagrams).
-//! Owns: the `recv`/`sendmsg`/`shutdown`/`recvfrom`/`sendto` calls on fds the caller names.
-//! Not: owning those fds (the Python socket object does), deciding what a result means.
+//! Socket calls for the transports and the `sock_*` methods: receive, send, vectored
+//! send, half-close (streams) and `recvfrom`/`send`/`sendto` (datagrams).
+//! Owns: the `recv`/`send`/`sendmsg`/`shutdown`/`recvfrom`/`sendto` calls on fds the caller
+//! names. Not: owning those fds (the Python socket object does), deciding what a result means.
 
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
@@ -32,6 +32,30 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 pub unsafe fn recv_raw(fd: RawFd, ptr: *mut u8, len: usize) -> io::Result<usize> {
     // SAFETY: the caller guarantees `ptr..ptr+len` is writable for the call.
     let n = syscall!(recv(fd, ptr.cast(), len, 0))?;
+    Ok(n as usize)
+}
+
+/// `recv(fd, ptr, len, MSG_DONTWAIT)`: never blocks, even on a blocking socket (the
+/// `sock_*` methods run it with the GIL held).
+///
+/// # Safety
+/// `ptr` must be valid for writes of `len` bytes until this returns.
+pub unsafe fn recv_nowait_raw(fd: RawFd, ptr: *mut u8, len: usize) -> io::Result<usize> {
+    // SAFETY: the caller guarantees `ptr..ptr+len` is writable for the call.
+    let n = syscall!(recv(fd, ptr.cast(), len, libc::MSG_DONTWAIT))?;
+    Ok(n as usize)
+}
+
+/// `send(fd, buf, MSG_DONTWAIT)`: the number of bytes the kernel took; never blocks and
+/// never raises `SIGPIPE` where the platform has `MSG_NOSIGNAL`.
+pub fn send_nowait(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a valid readable region of `buf.len()` bytes for the whole call.
+    let n = syscall!(send(
+        fd,
+        buf.as_ptr().cast(),
+        buf.len(),
+        SEND_FLAGS | libc::MSG_DONTWAIT
+    ))?;
     Ok(n as usize)
 }
 
@@ -151,7 +175,12 @@ mod tests {
         let mut buf = [0u8; 16];
         let got = recv(b.as_raw_fd(), &mut buf).expect("recv");
         assert_eq!(&buf[..got], b"abcde");
+        assert_eq!(send_nowait(a.as_raw_fd(), b"fg").expect("send"), 2);
+        // SAFETY: `buf` is a live, writable array for the call.
+        let got = unsafe { recv_nowait_raw(b.as_raw_fd(), buf.as_mut_ptr(), 1) }.expect("recv");
+        assert_eq!((got, buf[0]), (1, b'f'));
         shutdown_write(a.as_raw_fd()).expect("shutdown");
+        assert_eq!(recv(b.as_raw_fd(), &mut buf).expect("rest"), 1);
         assert_eq!(recv(b.as_raw_fd(), &mut buf).expect("eof"), 0);
     }
 
@@ -171,5 +200,28 @@ mod tests {
         b.connect(("127.0.0.1", port(&a))).expect("connect");
         assert_eq!(send(b.as_raw_fd(), b"").expect("send"), 0);
         assert_eq!(recv_from(a.as_raw_fd(), &mut buf).expect("empty").0, 0);
+    }
+
+    #[test]
+    fn nowait_calls_do_not_block_a_blocking_socket() {
+        let (a, b) = UnixStream::pair().expect("socketpair");
+        let mut buf = [0u8; 4];
+        // SAFETY: `buf` is a live, writable array for the call.
+        let err = unsafe { recv_nowait_raw(b.as_raw_fd(), buf.as_mut_ptr(), buf.len()) }
+            .expect_err("nothing to read");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        let chunk = [0u8; 65536];
+        let mut total = 0;
+        let err = loop {
+            match send_nowait(a.as_raw_fd(), &chunk) {
+                Ok(n) => total += n,
+                Err(e) => break e,
+            }
+        };
+        assert!(total > 0);
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        drop(b);
+        let err = send_nowait(a.as_raw_fd(), b"x").expect_err("peer gone");
+        assert_eq!(err.raw_os_error(), Some(libc::EPIPE));
     }
 }
