@@ -12,6 +12,9 @@ them through the class. Behaviour is asyncio's ``_SelectorSocketTransport``'s.
 ``rsloop._rsloop.DatagramCore``: the core receives (one ``recvfrom`` per readiness, the
 address converted natively), sends and queues ``(datagram, address)``; behaviour is
 asyncio's ``_SelectorDatagramTransport``'s for the running Python version.
+
+What the two share (set-up, teardown, error reporting, the attributes asyncio's code
+reads) is ``_NativeTransport``, as asyncio's is ``_SelectorTransport``.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ def _describe(transport) -> str:
     return "<{}>".format(" ".join(info))
 
 
-def _forward(name: str, owner: str = "SocketTransport"):
+def _forward(name: str, owner: str):
     def method(self, *args, **kwargs):
         return getattr(self._core, name)(*args, **kwargs)
 
@@ -105,15 +108,16 @@ def _forward(name: str, owner: str = "SocketTransport"):
     return method
 
 
-class SocketTransport(transports._FlowControlMixin):  # type: ignore[name-defined,misc]
-    """A TCP or Unix stream transport on rsloop's native stream core.
+class _NativeTransport(transports._FlowControlMixin):  # type: ignore[name-defined,misc]
+    """The Python half both native transports share: asyncio's ``_SelectorTransport``
+    set-up and teardown around a native core, which ``_make_core`` builds.
 
     An ``asyncio.transports._FlowControlMixin`` (so an ``asyncio.Transport``) because
     asyncio's own sendfile fallback insists on one; the flow control itself is the core's.
     """
 
-    _start_tls_compatible = True
-    _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
+    # The core's methods bound on each transport (see the module docstring).
+    _hot: tuple[str, ...] = ()
 
     # Read by __del__, which runs even when __init__ failed half-way.
     _sock: socket.socket | None = None
@@ -135,20 +139,29 @@ class SocketTransport(transports._FlowControlMixin):  # type: ignore[name-define
         self._sock = sock
         self._sock_fd = fd = sock.fileno()
         self._loop = loop
-        self._core = core = StreamCore(loop, self, fd, protocol)
+        self._core = core = self._make_core(loop, sock, fd, protocol)
         d = self.__dict__
-        for name in _HOT:
+        for name in self._hot:
             d[name] = getattr(core, name)
         self._server = server
         if server is not None:
             _server_attach(server, self)
         loop._transports[fd] = self
-        base_events._set_nodelay(sock)
+        base_events._set_nodelay(sock)  # TCP only: other sockets are left alone
         loop.call_soon(protocol.connection_made, self)
         # Reading starts once connection_made() has run.
         loop.call_soon(core._start_reading)
         if waiter is not None:
             loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
+
+    def _make_core(self, loop, sock, fd, protocol):
+        raise NotImplementedError
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        # The same methods on the class, for code that calls them through it.
+        for name in cls.__dict__.get("_hot", ()):
+            setattr(cls, name, _forward(name, cls.__qualname__))
 
     # asyncio's private attributes that stdlib code and tests read.
     @property
@@ -164,26 +177,12 @@ class SocketTransport(transports._FlowControlMixin):  # type: ignore[name-define
         return self._core._conn_lost
 
     @property
-    def _eof(self) -> bool:
-        return self._core._eof
-
-    @property
     def _paused(self) -> bool:
         return self._core._paused
 
     @property
     def _protocol_paused(self) -> bool:
         return self._core._protocol_paused
-
-    @property
-    def _empty_waiter(self):
-        return self._core._empty_waiter
-
-    def _make_empty_waiter(self):
-        return self._core._make_empty_waiter()
-
-    def _reset_empty_waiter(self) -> None:
-        self._core._reset_empty_waiter()
 
     def __repr__(self) -> str:
         return _describe(self)
@@ -204,14 +203,7 @@ class SocketTransport(transports._FlowControlMixin):  # type: ignore[name-define
             if self._loop is not None and self._loop.get_debug():
                 logger.debug("%r: %s", self, message, exc_info=True)
         elif self._loop is not None:
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._core.get_protocol(),
-                }
-            )
+            self._report(message, exc)
         self._core._force_close(exc)
 
     def _force_close(self, exc) -> None:
@@ -227,9 +219,6 @@ class SocketTransport(transports._FlowControlMixin):  # type: ignore[name-define
             }
         )
 
-    def _log_lost_write(self) -> None:
-        logger.warning("socket.send() raised exception.")
-
     def _call_connection_lost(self, exc) -> None:
         core = self._core
         protocol = core.get_protocol()
@@ -237,6 +226,7 @@ class SocketTransport(transports._FlowControlMixin):  # type: ignore[name-define
             if protocol is not None:
                 protocol.connection_lost(exc)
         finally:
+            # The stream core hands back a pending loop.sendfile() waiter.
             waiter = core._detach()
             if self._sock is not None:
                 self._sock.close()
@@ -250,9 +240,32 @@ class SocketTransport(transports._FlowControlMixin):  # type: ignore[name-define
                 waiter.set_exception(ConnectionError("Connection is closed by peer"))
 
 
-for _name in _HOT:
-    setattr(SocketTransport, _name, _forward(_name))
-del _name
+class SocketTransport(_NativeTransport):
+    """A TCP or Unix stream transport on rsloop's native stream core."""
+
+    _start_tls_compatible = True
+    _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
+    _hot = _HOT
+
+    def _make_core(self, loop, sock, fd, protocol):
+        return StreamCore(loop, self, fd, protocol)
+
+    @property
+    def _eof(self) -> bool:
+        return self._core._eof
+
+    @property
+    def _empty_waiter(self):
+        return self._core._empty_waiter
+
+    def _make_empty_waiter(self):
+        return self._core._make_empty_waiter()
+
+    def _reset_empty_waiter(self) -> None:
+        self._core._reset_empty_waiter()
+
+    def _log_lost_write(self) -> None:
+        logger.warning("socket.send() raised exception.")
 
 
 def make_socket_transport(loop, sock, protocol, waiter=None, extra=None, server=None):
@@ -284,7 +297,7 @@ _DATAGRAM_ALLOW_EMPTY = PY313
 _DATAGRAM_SIZE_HEADER = 8 if PY313 else 0 if PY311 else None
 
 
-class DatagramTransport(transports._FlowControlMixin, transports.DatagramTransport):  # type: ignore[name-defined,misc]
+class DatagramTransport(_NativeTransport, transports.DatagramTransport):  # type: ignore[name-defined,misc]
     """A UDP or Unix datagram transport on rsloop's native datagram core.
 
     An ``asyncio.Transport`` as well as an ``asyncio.DatagramTransport``, as asyncio's own
@@ -292,28 +305,15 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
     """
 
     max_size = 256 * 1024  # asyncio's; the core receives at most this much at once.
-
-    # Read by __del__, which runs even when __init__ failed half-way.
-    _sock: socket.socket | None = None
+    _hot = _DATAGRAM_HOT
 
     def __init__(self, loop, sock, protocol, address=None, waiter=None, extra=None):
-        # Not _FlowControlMixin.__init__: its water marks and paused flag live in the core.
-        transports.BaseTransport.__init__(self, extra)
-        self._extra["socket"] = trsock.TransportSocket(sock)
-        try:
-            self._extra["sockname"] = sock.getsockname()
-        except OSError:
-            self._extra["sockname"] = None
-        if "peername" not in self._extra:
-            try:
-                self._extra["peername"] = sock.getpeername()
-            except OSError:
-                self._extra["peername"] = None
-        self._sock = sock
-        self._sock_fd = fd = sock.fileno()
-        self._loop = loop
         self._address = address
-        self._core = core = DatagramCore(
+        super().__init__(loop, sock, protocol, waiter, extra)
+
+    def _make_core(self, loop, sock, fd, protocol):
+        address = self._address
+        return DatagramCore(
             loop,
             self,
             sock,
@@ -325,96 +325,10 @@ class DatagramTransport(transports._FlowControlMixin, transports.DatagramTranspo
             _DATAGRAM_ALLOW_EMPTY,
             _DATAGRAM_SIZE_HEADER,
         )
-        d = self.__dict__
-        for name in _DATAGRAM_HOT:
-            d[name] = getattr(core, name)
-        loop._transports[fd] = self
-        loop.call_soon(protocol.connection_made, self)
-        # Reading starts once connection_made() has run.
-        loop.call_soon(core._start_reading)
-        if waiter is not None:
-            loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
-
-    # asyncio's private attributes that stdlib code and tests read.
-    @property
-    def _protocol(self):
-        return self._core.get_protocol()
-
-    @property
-    def _closing(self) -> bool:
-        return self._core.is_closing()
-
-    @property
-    def _conn_lost(self) -> int:
-        return self._core._conn_lost
-
-    @property
-    def _paused(self) -> bool:
-        return self._core._paused
-
-    @property
-    def _protocol_paused(self) -> bool:
-        return self._core._protocol_paused
 
     @property
     def _writing(self) -> bool:
         return self._core._writing
-
-    def __repr__(self) -> str:
-        return _describe(self)
-
-    def __del__(self, _warn=warnings.warn) -> None:
-        if self._sock is not None:
-            _warn(f"unclosed transport {self!r}", ResourceWarning, source=self)
-            self._sock.close()
-            self._sock = None
-
-    # ----- called by the core on rare paths -----
-
-    def _fatal_error(self, exc, message="Fatal error on transport") -> None:
-        if isinstance(exc, OSError):
-            if self._loop.get_debug():
-                logger.debug("%r: %s", self, message, exc_info=True)
-        else:
-            self._loop.call_exception_handler(
-                {
-                    "message": message,
-                    "exception": exc,
-                    "transport": self,
-                    "protocol": self._core.get_protocol(),
-                }
-            )
-        self._core._force_close(exc)
-
-    def _force_close(self, exc) -> None:
-        self._core._force_close(exc)
-
-    def _report(self, message, exc) -> None:
-        self._loop.call_exception_handler(
-            {
-                "message": message,
-                "exception": exc,
-                "transport": self,
-                "protocol": self._core.get_protocol(),
-            }
-        )
-
-    def _call_connection_lost(self, exc) -> None:
-        protocol = self._core.get_protocol()
-        try:
-            if protocol is not None:
-                protocol.connection_lost(exc)
-        finally:
-            self._core._detach()
-            if self._sock is not None:
-                self._sock.close()
-                self._sock = None
-            self._loop = None
-
-
-for _name in _DATAGRAM_HOT:
-    setattr(DatagramTransport, _name, _forward(_name, "DatagramTransport"))
-del _name
 
 
 class _SelectorDatagramTransport(selector_events._SelectorDatagramTransport):  # type: ignore[name-defined,misc]

@@ -1,7 +1,8 @@
 //! `DatagramCore`: the per-datagram half of a UDP or Unix datagram transport.
 //! Owns: receiving into the protocol (`datagram_received` / `error_received`), `sendto`
-//! and its queue of (datagram, address), flow control at the water marks, the
-//! closing/lost state machine. Not: the transport object Python sees
+//! and its queue of (datagram, address), the write-buffer count the water marks compare
+//! with. Not: the water marks and the `close`/`_force_close`/`pause_reading` state machine
+//! shared with the stream core (`common.rs`); the transport object Python sees
 //! (`rsloop._transports.DatagramTransport`: extra info, repr, `connection_lost` and socket
 //! close, error reporting), turning addresses into Python objects (`py/sockaddr.rs`).
 //!
@@ -12,13 +13,11 @@
 //! native families are converted here; any other family or address form goes through the
 //! Python socket's own `recvfrom`/`send`/`sendto`, so its errors are Python's.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 
 use pyo3::exceptions::{
-    PyAttributeError, PyBlockingIOError, PyInterruptedError, PyKeyboardInterrupt, PyOSError,
-    PySystemExit, PyTypeError, PyValueError,
+    PyAttributeError, PyBlockingIOError, PyInterruptedError, PyOSError, PyTypeError, PyValueError,
 };
 use pyo3::gc::PyVisit;
 use pyo3::intern;
@@ -28,6 +27,10 @@ use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::addrs::AddrCache;
+use super::common::{
+    is_exit, requested_limits, with_scratch, would_block, Base, Chunk, TransportCore, WriteBuffer,
+    LOST_WRITES_LOG_THRESHOLD, MAX_READ,
+};
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::py::loop_::Loop;
@@ -37,36 +40,10 @@ use crate::sys::gil::GilCell;
 use crate::sys::sock;
 use crate::sys::sockaddr::SockAddr;
 
-/// asyncio's `max_size`: the most one receive asks for.
-const MAX_READ: usize = 256 * 1024;
-/// asyncio's `LOG_THRESHOLD_FOR_CONNLOST_WRITES`.
-const LOST_WRITES_LOG_THRESHOLD: u32 = 5;
-/// asyncio's default high-water mark (64 KiB); the low one is a quarter of it.
-const DEFAULT_HIGH: i64 = 64 * 1024;
 const WRITE_ERROR: &str = "Fatal write error on datagram transport";
 const READ_ERROR: &str = "Fatal read error on datagram transport";
 
-thread_local! {
-    /// One receive buffer per loop thread, shared by its datagram transports.
-    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; MAX_READ].into_boxed_slice());
-}
-
 static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-/// Queued bytes: a `bytes` object kept as is, or a copy of anything mutable.
-enum Chunk {
-    Shared(Py<PyBytes>),
-    Owned(Vec<u8>),
-}
-
-impl Chunk {
-    fn bytes<'a>(&'a self, py: Python<'_>) -> &'a [u8] {
-        match self {
-            Chunk::Shared(b) => b.as_bytes(py),
-            Chunk::Owned(v) => v,
-        }
-    }
-}
 
 /// Where a datagram goes.
 enum Dest {
@@ -94,26 +71,18 @@ enum Sent {
 }
 
 struct State {
-    protocol: Option<Py<PyAny>>,
-    /// The Python transport object (cleared after `connection_lost`).
-    shell: Option<Py<PyAny>>,
+    /// Protocol, Python transport, closing/paused/lost flags, water marks.
+    base: Base,
     /// The Python socket, for what is left to it (cleared after `connection_lost`).
     sock: Option<Py<PyAny>>,
     /// The `remote_addr` given at creation, if truthy.
     address: Option<Py<PyAny>>,
-    closing: bool,
-    paused: bool,
     writing: bool,
-    /// Set once `connection_lost` is scheduled; counts sends made after that.
-    conn_lost: u32,
     queue: VecDeque<Queued>,
     /// Bytes in the queue.
     queued: usize,
     /// asyncio's `_buffer_size` (3.11+): `len(data)` (+ 8 on 3.13) in, bytes out.
     counter: i64,
-    high: i64,
-    low: i64,
-    protocol_paused: bool,
     /// Recent peers' address objects: a repeat sender gets the same object, and a reply
     /// to it skips the parsing.
     addrs: AddrCache,
@@ -133,17 +102,6 @@ pub struct DatagramCore {
     size_header: Option<i64>,
     loop_: Py<Loop>,
     state: GilCell<State>,
-}
-
-fn is_exit(err: &PyErr, py: Python<'_>) -> bool {
-    err.is_instance_of::<PySystemExit>(py) || err.is_instance_of::<PyKeyboardInterrupt>(py)
-}
-
-fn would_block(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
 }
 
 fn native_family(family: i32) -> bool {
@@ -226,17 +184,41 @@ impl<'py> Payload<'py> {
     }
 }
 
+impl TransportCore for DatagramCore {
+    fn event_loop(&self) -> &Py<Loop> {
+        &self.loop_
+    }
+
+    fn with_base<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Base, WriteBuffer) -> R) -> R {
+        self.state.with(py, |s| {
+            let buf = WriteBuffer {
+                size: i128::from(self.size(s)),
+                empty: s.queue.is_empty(),
+            };
+            f(&mut s.base, buf)
+        })
+    }
+
+    fn stop_reading(&self, py: Python<'_>) -> PyResult<()> {
+        self.unwatch(py, Side::Read)
+    }
+
+    fn stop_writing(&self, py: Python<'_>) -> PyResult<()> {
+        self.unwatch(py, Side::Write)
+    }
+
+    /// asyncio clears the deque but not its `_buffer_size` (3.11+).
+    fn drop_queue(&self, py: Python<'_>) -> PyResult<()> {
+        let dropped = self.state.with(py, |s| {
+            s.queued = 0;
+            std::mem::take(&mut s.queue)
+        });
+        drop(dropped);
+        self.unwatch(py, Side::Write)
+    }
+}
+
 impl DatagramCore {
-    fn shell(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.state
-            .with(py, |s| s.shell.as_ref().map(|x| x.clone_ref(py)))
-    }
-
-    fn protocol(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.state
-            .with(py, |s| s.protocol.as_ref().map(|x| x.clone_ref(py)))
-    }
-
     fn watch(&self, slf: &Bound<'_, Self>, side: Side) -> PyResult<()> {
         let py = slf.py();
         let name = match side {
@@ -293,54 +275,6 @@ impl DatagramCore {
         match self.size_header {
             None => s.queued as i64,
             Some(_) => s.counter,
-        }
-    }
-
-    fn maybe_pause_protocol(&self, py: Python<'_>) -> PyResult<()> {
-        let protocol = self.state.with(py, |s| {
-            if self.size(s) <= s.high || s.protocol_paused {
-                return None;
-            }
-            s.protocol_paused = true;
-            s.protocol.as_ref().map(|p| p.clone_ref(py))
-        });
-        match protocol {
-            Some(p) => self.protocol_hook(py, &p, intern!(py, "pause_writing")),
-            None => Ok(()),
-        }
-    }
-
-    fn maybe_resume_protocol(&self, py: Python<'_>) -> PyResult<()> {
-        let protocol = self.state.with(py, |s| {
-            if !(s.protocol_paused && self.size(s) <= s.low) {
-                return None;
-            }
-            s.protocol_paused = false;
-            s.protocol.as_ref().map(|p| p.clone_ref(py))
-        });
-        match protocol {
-            Some(p) => self.protocol_hook(py, &p, intern!(py, "resume_writing")),
-            None => Ok(()),
-        }
-    }
-
-    // pause_writing / resume_writing: an exception goes to the loop's handler.
-    fn protocol_hook(
-        &self,
-        py: Python<'_>,
-        protocol: &Py<PyAny>,
-        method: &Bound<'_, PyString>,
-    ) -> PyResult<()> {
-        match protocol.call_method0(py, method) {
-            Ok(_) => Ok(()),
-            Err(e) if is_exit(&e, py) => Err(e),
-            Err(e) => {
-                if let Some(shell) = self.shell(py) {
-                    let message = format!("protocol.{}() failed", method.to_str()?);
-                    shell.call_method1(py, intern!(py, "_report"), (message, e.into_value(py)))?;
-                }
-                Ok(())
-            }
         }
     }
 
@@ -449,15 +383,6 @@ impl DatagramCore {
         Ok(())
     }
 
-    fn schedule_connection_lost(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
-        if let Some(shell) = self.shell(py) {
-            let cb = shell.getattr(py, intern!(py, "_call_connection_lost"))?;
-            let args = PyTuple::new(py, [exc])?.unbind();
-            self.loop_.get().call_soon_native(py, cb, args)?;
-        }
-        Ok(())
-    }
-
     /// A receive through Python's `socket.recvfrom` (a family not converted here).
     fn read_python(&self, py: Python<'_>, protocol: Py<PyAny>) -> PyResult<()> {
         match self.sock_call(py, intern!(py, "recvfrom"), (MAX_READ,)) {
@@ -500,20 +425,13 @@ impl DatagramCore {
             size_header,
             loop_,
             state: GilCell::new(State {
-                protocol: Some(protocol),
-                shell: Some(shell),
+                base: Base::new(protocol, shell),
                 sock: Some(sock),
                 address,
-                closing: false,
-                paused: false,
                 writing: false,
-                conn_lost: 0,
                 queue: VecDeque::new(),
                 queued: 0,
                 counter: 0,
-                high: DEFAULT_HIGH,
-                low: DEFAULT_HIGH / 4,
-                protocol_paused: false,
                 addrs: AddrCache::default(),
             }),
         }
@@ -522,7 +440,7 @@ impl DatagramCore {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.loop_)?;
         if let Some(s) = self.state.peek_for_gc(&visit) {
-            for o in [&s.protocol, &s.shell, &s.sock, &s.address]
+            for o in [&s.base.protocol, &s.base.shell, &s.sock, &s.address]
                 .into_iter()
                 .flatten()
             {
@@ -559,7 +477,10 @@ impl DatagramCore {
     /// The fd is readable: one `recvfrom`, handed to the protocol.
     fn _read_ready(&self, py: Python<'_>) -> PyResult<()> {
         let (lost, protocol) = self.state.with(py, |s| {
-            (s.conn_lost, s.protocol.as_ref().map(|p| p.clone_ref(py)))
+            (
+                s.base.conn_lost,
+                s.base.protocol.as_ref().map(|p| p.clone_ref(py)),
+            )
         });
         let Some(protocol) = protocol.filter(|_| lost == 0) else {
             return Ok(());
@@ -567,9 +488,8 @@ impl DatagramCore {
         if !native_family(self.family) {
             return self.read_python(py, protocol);
         }
-        let got = SCRATCH.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            sock::recv_from(self.fd, &mut buf).map(|(n, addr)| (PyBytes::new(py, &buf[..n]), addr))
+        let got = with_scratch(|buf| {
+            sock::recv_from(self.fd, buf).map(|(n, addr)| (PyBytes::new(py, &buf[..n]), addr))
         });
         let (data, addr) = match got {
             Ok(got) => got,
@@ -605,7 +525,7 @@ impl DatagramCore {
         let (address, lost, idle, gone) = this.state.with(py, |s| {
             (
                 s.address.as_ref().map(|a| a.clone_ref(py)),
-                s.conn_lost,
+                s.base.conn_lost,
                 s.queue.is_empty(),
                 s.sock.is_none(),
             )
@@ -623,7 +543,7 @@ impl DatagramCore {
                 if lost >= LOST_WRITES_LOG_THRESHOLD {
                     Self::log_lost_write(py)?;
                 }
-                this.state.with(py, |s| s.conn_lost += 1);
+                this.state.with(py, |s| s.base.conn_lost += 1);
                 return Ok(());
             }
         }
@@ -691,13 +611,13 @@ impl DatagramCore {
             }
         }
         self.maybe_resume_protocol(py)?;
-        let (empty, closing) = self.state.with(py, |s| (s.queue.is_empty(), s.closing));
+        let (empty, closing) = self
+            .state
+            .with(py, |s| (s.queue.is_empty(), s.base.closing));
         if empty {
             self.unwatch(py, Side::Write)?;
             if closing {
-                if let Some(shell) = self.shell(py) {
-                    shell.call_method1(py, intern!(py, "_call_connection_lost"), (py.None(),))?;
-                }
+                self.connection_lost_now(py)?;
             }
         }
         Ok(())
@@ -706,49 +626,15 @@ impl DatagramCore {
     // ----- closing -----
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let (was_closing, empty) = self.state.with(py, |s| {
-            let was = s.closing;
-            s.closing = true;
-            (was, s.queue.is_empty())
-        });
-        if was_closing {
-            return Ok(());
-        }
-        self.unwatch(py, Side::Read)?;
-        if empty {
-            self.state.with(py, |s| s.conn_lost += 1);
-            self.unwatch(py, Side::Write)?;
-            self.schedule_connection_lost(py, py.None())?;
-        }
-        Ok(())
+        self.close_transport(py)
     }
 
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        self._force_close(py, py.None())
+        self.force_close(py, py.None())
     }
 
     fn _force_close(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
-        let (lost, had_queue, was_closing) = self
-            .state
-            .with(py, |s| (s.conn_lost, !s.queue.is_empty(), s.closing));
-        if lost > 0 {
-            return Ok(());
-        }
-        if had_queue {
-            // asyncio clears the deque but not its `_buffer_size` (3.11+).
-            let dropped = self.state.with(py, |s| {
-                s.queued = 0;
-                std::mem::take(&mut s.queue)
-            });
-            drop(dropped);
-            self.unwatch(py, Side::Write)?;
-        }
-        if !was_closing {
-            self.state.with(py, |s| s.closing = true);
-            self.unwatch(py, Side::Read)?;
-        }
-        self.state.with(py, |s| s.conn_lost += 1);
-        self.schedule_connection_lost(py, exc)
+        self.force_close(py, exc)
     }
 
     /// After `connection_lost`: forget the protocol, the socket, the queue and the Python
@@ -765,38 +651,20 @@ impl DatagramCore {
     // ----- state -----
 
     fn is_closing(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |s| s.closing)
+        self.state.with(py, |s| s.base.closing)
     }
 
     fn is_reading(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |s| !s.closing && !s.paused)
+        self.state.with(py, |s| s.base.is_reading())
     }
 
     fn pause_reading(&self, py: Python<'_>) -> PyResult<()> {
-        let go = self.state.with(py, |s| {
-            if s.closing || s.paused {
-                return false;
-            }
-            s.paused = true;
-            true
-        });
-        if go {
-            self.unwatch(py, Side::Read)?;
-        }
-        Ok(())
+        self.pause_reads(py)
     }
 
     fn resume_reading(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
         let this = slf.get();
-        let go = this.state.with(py, |s| {
-            if s.closing || !s.paused {
-                return false;
-            }
-            s.paused = false;
-            true
-        });
-        if go {
+        if this.state.with(slf.py(), |s| s.base.resume_reading()) {
             this.watch(slf, Side::Read)?;
         }
         Ok(())
@@ -807,7 +675,7 @@ impl DatagramCore {
     }
 
     fn set_protocol(&self, py: Python<'_>, protocol: Py<PyAny>) {
-        let old = self.state.with(py, |s| s.protocol.replace(protocol));
+        let old = self.state.with(py, |s| s.base.protocol.replace(protocol));
         drop(old);
     }
 
@@ -815,8 +683,8 @@ impl DatagramCore {
         self.state.with(py, |s| self.size(s))
     }
 
-    fn get_write_buffer_limits(&self, py: Python<'_>) -> (i64, i64) {
-        self.state.with(py, |s| (s.low, s.high))
+    fn get_write_buffer_limits(&self, py: Python<'_>) -> (usize, usize) {
+        self.state.with(py, |s| s.base.marks.limits())
     }
 
     #[pyo3(signature = (high = None, low = None))]
@@ -826,27 +694,8 @@ impl DatagramCore {
         high: Option<&Bound<'_, PyAny>>,
         low: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let high = high.filter(|h| !h.is_none());
-        let low = low.filter(|l| !l.is_none());
-        let high_v: i128 = match (high, low) {
-            (Some(h), _) => h.extract()?,
-            (None, Some(l)) => 4 * l.extract::<i128>()?,
-            (None, None) => i128::from(DEFAULT_HIGH),
-        };
-        let low_v: i128 = match low {
-            Some(l) => l.extract()?,
-            None => high_v.div_euclid(4),
-        };
-        if !(high_v >= low_v && low_v >= 0) {
-            return Err(PyValueError::new_err(format!(
-                "high ({high_v}) must be >= low ({low_v}) must be >= 0"
-            )));
-        }
-        let clamp = |v: i128| i64::try_from(v).unwrap_or(i64::MAX);
-        self.state.with(py, |s| {
-            s.high = clamp(high_v);
-            s.low = clamp(low_v);
-        });
+        let (high, low) = requested_limits(high, low)?;
+        self.state.with(py, |s| s.base.marks.set(high, low))?;
         self.maybe_pause_protocol(py)
     }
 
@@ -854,17 +703,17 @@ impl DatagramCore {
 
     #[getter]
     fn _conn_lost(&self, py: Python<'_>) -> u32 {
-        self.state.with(py, |s| s.conn_lost)
+        self.state.with(py, |s| s.base.conn_lost)
     }
 
     #[getter]
     fn _paused(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |s| s.paused)
+        self.state.with(py, |s| s.base.paused)
     }
 
     #[getter]
     fn _protocol_paused(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |s| s.protocol_paused)
+        self.state.with(py, |s| s.base.marks.paused())
     }
 
     #[getter]
@@ -878,7 +727,7 @@ type Taken = ([Option<Py<PyAny>>; 3], AddrCache, VecDeque<Queued>);
 
 fn take_all(s: &mut State) -> Taken {
     (
-        [s.protocol.take(), s.shell.take(), s.sock.take()],
+        [s.base.protocol.take(), s.base.shell.take(), s.sock.take()],
         s.addrs.take(),
         std::mem::take(&mut s.queue),
     )

@@ -5,6 +5,8 @@
 #[cfg(unix)]
 pub mod addrs;
 #[cfg(unix)]
+mod common;
+#[cfg(unix)]
 pub mod datagram;
 #[cfg(unix)]
 pub mod stream;

@@ -1,7 +1,9 @@
 //! `StreamCore`: the per-packet half of a TCP or Unix stream transport.
 //! Owns: reading into the protocol (`data_received` / `get_buffer`+`buffer_updated`),
-//! the write queue and its vectored flushes, flow control at the water marks, the
-//! closing/eof/lost state machine. Not: the transport object Python sees
+//! the write queue and its vectored flushes (at once, or through the ring), `write_eof`,
+//! and the stream's steps of closing (what happens to queued bytes and a send in flight).
+//! Not: the water marks and the `close`/`_force_close`/`pause_reading` state machine
+//! shared with the datagram core (`common.rs`); the transport object Python sees
 //! (`rsloop._transports.SocketTransport`, which forwards its hot methods here and keeps the
 //! cold ones: extra info, repr, `connection_lost` and socket close, error reporting).
 //!
@@ -9,12 +11,10 @@
 //! readiness, a write that can leave at once leaves at once, the rest queues and leaves in
 //! one `sendmsg` per writability.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 
-use pyo3::exceptions::PyValueError;
-use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PySystemExit, PyTypeError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -22,25 +22,16 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyTuple};
 use pyo3::PyTraverseError;
 
+use super::common::{
+    is_exit, requested_limits, with_scratch, would_block, Base, Chunk, TransportCore, WriteBuffer,
+    LOST_WRITES_LOG_THRESHOLD,
+};
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::py::loop_::Loop;
 use crate::sys::buffer::{buffer_to_vec, copy_into_buffer, recv_into_buffer};
 use crate::sys::gil::GilCell;
 use crate::sys::sock::{self, SendHeader, MAX_IOV};
-
-/// asyncio's `max_size`: the most one receive asks for.
-const MAX_READ: usize = 256 * 1024;
-/// asyncio's `LOG_THRESHOLD_FOR_CONNLOST_WRITES`.
-const LOST_WRITES_LOG_THRESHOLD: u32 = 5;
-/// asyncio's default high-water mark (64 KiB); the low one is a quarter of it.
-const DEFAULT_HIGH: usize = 64 * 1024;
-
-thread_local! {
-    /// One receive buffer per loop thread, shared by its transports: a connection costs no
-    /// read buffer while idle, and a read copies only what arrived into its `bytes`.
-    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; MAX_READ].into_boxed_slice());
-}
 
 static BUFFERED_PROTOCOL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -56,12 +47,6 @@ fn buffered_protocol_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         .map(|t| t.bind(py))
 }
 
-/// Queued bytes: a `bytes` object kept as is, or a copy of anything mutable.
-enum Chunk {
-    Shared(Py<PyBytes>),
-    Owned(Vec<u8>),
-}
-
 struct Pending {
     chunk: Chunk,
     /// Bytes of the chunk already sent.
@@ -70,11 +55,7 @@ struct Pending {
 
 impl Pending {
     fn rest<'a>(&'a self, py: Python<'_>) -> &'a [u8] {
-        let all = match &self.chunk {
-            Chunk::Shared(b) => b.as_bytes(py),
-            Chunk::Owned(v) => v.as_slice(),
-        };
-        &all[self.start..]
+        &self.chunk.bytes(py)[self.start..]
     }
 }
 
@@ -103,24 +84,35 @@ impl State {
     fn forget_queue(&mut self) {
         self.queued = 0;
     }
+
+    /// One `sendmsg` of the queue's front (up to `MAX_IOV` slices). The bytes sent leave the
+    /// queue; the chunks sent whole are returned, for the caller to drop outside the cell.
+    fn send_queued(&mut self, py: Python<'_>, fd: i32) -> (io::Result<usize>, Vec<Pending>) {
+        let slices: Vec<IoSlice<'_>> = self
+            .queue
+            .iter()
+            .take(MAX_IOV)
+            .map(|p| IoSlice::new(p.rest(py)))
+            .collect();
+        let res = sock::send_vectored(fd, &slices);
+        drop(slices);
+        let mut done = Vec::new();
+        if let Ok(n) = res {
+            self.queued -= n;
+            done = advance(&mut self.queue, py, n);
+        }
+        (res, done)
+    }
 }
 
 struct State {
-    protocol: Option<Py<PyAny>>,
+    /// Protocol, Python transport, closing/paused/lost flags, water marks.
+    base: Base,
     /// The protocol is an `asyncio.BufferedProtocol`.
     buffered: bool,
-    /// The Python transport object (cleared after `connection_lost`).
-    shell: Option<Py<PyAny>>,
-    closing: bool,
     eof: bool,
-    paused: bool,
-    /// Set once `connection_lost` is scheduled; counts writes made after that.
-    conn_lost: u32,
     queue: VecDeque<Pending>,
     queued: usize,
-    high: usize,
-    low: usize,
-    protocol_paused: bool,
     /// `loop.sendfile` in progress: the future that resolves when the queue is empty.
     empty_waiter: Option<Py<PyAny>>,
     /// The loop's multishot receive feeding this transport (io_uring), if reading so.
@@ -161,28 +153,62 @@ pub struct StreamCore {
     state: GilCell<State>,
 }
 
-fn is_exit(err: &PyErr, py: Python<'_>) -> bool {
-    err.is_instance_of::<PySystemExit>(py) || err.is_instance_of::<PyKeyboardInterrupt>(py)
-}
+impl TransportCore for StreamCore {
+    fn event_loop(&self) -> &Py<Loop> {
+        &self.loop_
+    }
 
-fn would_block(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
+    fn with_base<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Base, WriteBuffer) -> R) -> R {
+        self.state.with(py, |s| {
+            let buf = WriteBuffer {
+                size: s.queued as i128,
+                empty: s.queue.is_empty(),
+            };
+            f(&mut s.base, buf)
+        })
+    }
+
+    /// The loop's receive, or the fd's reader.
+    fn stop_reading(&self, py: Python<'_>) -> PyResult<()> {
+        match self.state.with(py, |s| s.recv_token.take()) {
+            Some(token) => self.loop_.get().recv_stop(py, token),
+            None => self.unwatch(py, Side::Read),
+        }
+    }
+
+    fn stop_writing(&self, py: Python<'_>) -> PyResult<()> {
+        self.unwatch(py, Side::Write)
+    }
+
+    /// Bytes a send in flight still reads stay until it completes (cancelled here);
+    /// `_on_sent` then drops them.
+    fn drop_queue(&self, py: Python<'_>) -> PyResult<()> {
+        let (dropped, in_flight) = self.state.with(py, |s| {
+            s.aborted = true;
+            let in_flight = s.send_token;
+            let mut sent = Vec::new();
+            if in_flight.is_none() && s.ring_sends {
+                // These bytes were gathered for the next wait; asyncio would have handed
+                // them to the kernel inside write(). Give the kernel what it takes now, as
+                // it would have then; drop the rest.
+                sent = s.send_queued(py, self.fd).1;
+            }
+            s.forget_queue();
+            let rest = match in_flight {
+                Some(_) => VecDeque::new(),
+                None => std::mem::take(&mut s.queue),
+            };
+            ((rest, sent), in_flight)
+        });
+        drop(dropped);
+        match in_flight {
+            Some(token) => self.loop_.get().send_cancel(py, token),
+            None => self.unwatch(py, Side::Write),
+        }
+    }
 }
 
 impl StreamCore {
-    fn shell(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.state
-            .with(py, |s| s.shell.as_ref().map(|x| x.clone_ref(py)))
-    }
-
-    fn protocol(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.state
-            .with(py, |s| s.protocol.as_ref().map(|x| x.clone_ref(py)))
-    }
-
     fn watch(&self, slf: &Bound<'_, Self>, side: Side) -> PyResult<()> {
         let py = slf.py();
         let name = match side {
@@ -219,87 +245,29 @@ impl StreamCore {
         }
     }
 
-    fn call_soon(&self, py: Python<'_>, callback: Py<PyAny>, args: Py<PyTuple>) -> PyResult<()> {
-        self.loop_.get().call_soon_native(py, callback, args)
-    }
-
-    fn maybe_pause_protocol(&self, py: Python<'_>) -> PyResult<()> {
-        let protocol = self.state.with(py, |s| {
-            if s.queued <= s.high || s.protocol_paused {
-                return None;
-            }
-            s.protocol_paused = true;
-            s.protocol.as_ref().map(|p| p.clone_ref(py))
-        });
-        if let Some(p) = protocol {
-            self.protocol_hook(
-                py,
-                &p,
-                intern!(py, "pause_writing"),
-                "protocol.pause_writing() failed",
-            )?;
-        }
-        Ok(())
-    }
-
-    fn maybe_resume_protocol(&self, py: Python<'_>) -> PyResult<()> {
-        let protocol = self.state.with(py, |s| {
-            if !(s.protocol_paused && s.queued <= s.low) {
-                return None;
-            }
-            s.protocol_paused = false;
-            s.protocol.as_ref().map(|p| p.clone_ref(py))
-        });
-        if let Some(p) = protocol {
-            self.protocol_hook(
-                py,
-                &p,
-                intern!(py, "resume_writing"),
-                "protocol.resume_writing() failed",
-            )?;
-        }
-        Ok(())
-    }
-
-    // pause_writing / resume_writing: an exception goes to the loop's handler.
-    fn protocol_hook(
+    /// A protocol callback's outcome, as asyncio's read path takes it: an exit goes up,
+    /// any other exception is fatal to the transport (`None`: reading stops here).
+    fn checked(
         &self,
         py: Python<'_>,
-        protocol: &Py<PyAny>,
-        method: &Bound<'_, pyo3::types::PyString>,
+        res: PyResult<Py<PyAny>>,
         message: &str,
-    ) -> PyResult<()> {
-        match protocol.call_method0(py, method) {
-            Ok(_) => Ok(()),
+    ) -> PyResult<Option<Py<PyAny>>> {
+        match res {
+            Ok(v) => Ok(Some(v)),
             Err(e) if is_exit(&e, py) => Err(e),
-            Err(e) => {
-                if let Some(shell) = self.shell(py) {
-                    shell.call_method1(py, intern!(py, "_report"), (message, e.into_value(py)))?;
-                }
-                Ok(())
-            }
+            Err(e) => self.fatal(py, e, message).map(|()| None),
         }
+    }
+
+    fn call_soon(&self, py: Python<'_>, callback: Py<PyAny>, args: Py<PyTuple>) -> PyResult<()> {
+        self.loop_.get().call_soon_native(py, callback, args)
     }
 
     /// Sends what the queue holds, in one `sendmsg`. Returns the error if the send failed
     /// for good; drops sent `bytes` objects outside the cell.
     fn flush(&self, py: Python<'_>) -> (io::Result<usize>, Vec<Pending>) {
-        self.state.with(py, |s| {
-            let slices: Vec<IoSlice<'_>> = s
-                .queue
-                .iter()
-                .take(MAX_IOV)
-                .map(|p| IoSlice::new(p.rest(py)))
-                .collect();
-            let res = sock::send_vectored(self.fd, &slices);
-            drop(slices);
-            let mut done = Vec::new();
-            if let Ok(n) = res {
-                s.queued -= n;
-                done = advance(&mut s.queue, py, n);
-            }
-            (res, done)
-        })
+        self.state.with(py, |s| s.send_queued(py, self.fd))
     }
 
     fn queue(&self, py: Python<'_>, chunk: Chunk, start: usize) {
@@ -327,18 +295,11 @@ impl StreamCore {
             fd,
             loop_,
             state: GilCell::new(State {
-                protocol: Some(protocol),
+                base: Base::new(protocol, shell),
                 buffered,
-                shell: Some(shell),
-                closing: false,
                 eof: false,
-                paused: false,
-                conn_lost: 0,
                 queue: VecDeque::new(),
                 queued: 0,
-                high: DEFAULT_HIGH,
-                low: DEFAULT_HIGH / 4,
-                protocol_paused: false,
                 empty_waiter: None,
                 recv_token: None,
                 readiness_only: false,
@@ -355,7 +316,7 @@ impl StreamCore {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.loop_)?;
         if let Some(s) = self.state.peek_for_gc(&visit) {
-            for o in [&s.protocol, &s.shell, &s.empty_waiter]
+            for o in [&s.base.protocol, &s.base.shell, &s.empty_waiter]
                 .into_iter()
                 .flatten()
             {
@@ -369,8 +330,8 @@ impl StreamCore {
         let taken = Python::attach(|py| {
             self.state.with(py, |s| {
                 (
-                    s.protocol.take(),
-                    s.shell.take(),
+                    s.base.protocol.take(),
+                    s.base.shell.take(),
                     s.empty_waiter.take(),
                     std::mem::take(&mut s.queue),
                 )
@@ -395,9 +356,9 @@ impl StreamCore {
         let this = slf.get();
         let (lost, buffered, protocol) = this.state.with(py, |s| {
             (
-                s.conn_lost,
+                s.base.conn_lost,
                 s.buffered,
-                s.protocol.as_ref().map(|p| p.clone_ref(py)),
+                s.base.protocol.as_ref().map(|p| p.clone_ref(py)),
             )
         });
         let Some(protocol) = protocol else {
@@ -409,10 +370,7 @@ impl StreamCore {
         if buffered {
             return this.read_buffered(slf, protocol);
         }
-        let got = SCRATCH.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            sock::recv(this.fd, &mut buf).map(|n| PyBytes::new(py, &buf[..n]))
-        });
+        let got = with_scratch(|buf| sock::recv(this.fd, buf).map(|n| PyBytes::new(py, &buf[..n])));
         let data = match got {
             Ok(d) => d,
             Err(e) if would_block(&e) => return Ok(()),
@@ -421,11 +379,7 @@ impl StreamCore {
         if data.as_bytes().is_empty() {
             return this.on_eof(slf, protocol);
         }
-        match protocol.call_method1(py, intern!(py, "data_received"), (data,)) {
-            Ok(_) => Ok(()),
-            Err(e) if is_exit(&e, py) => Err(e),
-            Err(e) => this.fatal(py, e, "Fatal error: protocol.data_received() call failed."),
-        }
+        this.data_received(py, &protocol, data)
     }
 
     /// A multishot receive delivered a chunk (`bytes`) or ended (`int`: 0 at end of
@@ -437,9 +391,9 @@ impl StreamCore {
         // resume; 2: queue behind earlier stashed chunks and drain; 3: deliver.
         let mut arg = Some(arg);
         let step = this.state.with(py, |s| {
-            if s.conn_lost > 0 || s.closing {
+            if s.base.conn_lost > 0 || s.base.closing {
                 0
-            } else if s.paused {
+            } else if s.base.paused {
                 s.stash.extend(arg.take());
                 1
             } else if !s.stash.is_empty() {
@@ -462,7 +416,7 @@ impl StreamCore {
         let this = slf.get();
         loop {
             let next = this.state.with(py, |s| {
-                if s.conn_lost > 0 || s.closing || s.paused {
+                if s.base.conn_lost > 0 || s.base.closing || s.base.paused {
                     None
                 } else {
                     s.stash.pop_front()
@@ -492,7 +446,7 @@ impl StreamCore {
             (
                 s.eof,
                 s.empty_waiter.is_some(),
-                s.conn_lost,
+                s.base.conn_lost,
                 s.queue.is_empty(),
             )
         });
@@ -523,7 +477,7 @@ impl StreamCore {
                     shell.call_method0(py, intern!(py, "_log_lost_write"))?;
                 }
             }
-            this.state.with(py, |s| s.conn_lost += 1);
+            this.state.with(py, |s| s.base.conn_lost += 1);
             return Ok(());
         }
         if this.state.with(py, |s| s.ring_sends) {
@@ -586,7 +540,9 @@ impl StreamCore {
     fn _write_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let (lost, empty) = this.state.with(py, |s| (s.conn_lost, s.queue.is_empty()));
+        let (lost, empty) = this
+            .state
+            .with(py, |s| (s.base.conn_lost, s.queue.is_empty()));
         if lost > 0 || empty {
             return Ok(());
         }
@@ -596,48 +552,15 @@ impl StreamCore {
             Err(e) if would_block(&e) => return Ok(()),
             Err(e) => {
                 this.unwatch(py, Side::Write)?;
-                let (dropped, waiter) = this.state.with(py, |s| {
-                    s.forget_queue();
-                    (
-                        std::mem::take(&mut s.queue),
-                        s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
-                    )
-                });
-                drop(dropped);
-                let exc = os_error(&e);
-                let value = exc.value(py).clone().into_any().unbind();
-                this.fatal(py, exc, "Fatal write error on socket transport")?;
-                if let Some(w) = waiter {
-                    w.call_method1(py, intern!(py, "set_exception"), (value,))?;
-                }
-                return Ok(());
+                return this.write_failed(py, &e);
             }
             Ok(_) => {}
         }
-        this.maybe_resume_protocol(py)?;
-        let (drained, waiter, closing, eof) = this.state.with(py, |s| {
-            (
-                s.queue.is_empty(),
-                s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
-                s.closing,
-                s.eof,
-            )
-        });
-        if !drained {
+        if !this.queue_drained(py)? {
             return Ok(());
         }
         this.unwatch(py, Side::Write)?;
-        if let Some(w) = waiter {
-            w.call_method1(py, intern!(py, "set_result"), (py.None(),))?;
-        }
-        if closing {
-            if let Some(shell) = this.shell(py) {
-                shell.call_method1(py, intern!(py, "_call_connection_lost"), (py.None(),))?;
-            }
-        } else if eof {
-            sock::shutdown_write(this.fd).map_err(|e| os_error(&e))?;
-        }
-        Ok(())
+        this.finish_writes(py)
     }
 
     /// Ring mode, just before the loop waits: one `sendmsg` of everything queued (up to
@@ -647,7 +570,7 @@ impl StreamCore {
         let this = slf.get();
         let msg = this.state.with(py, |s| {
             s.flush_scheduled = false;
-            if s.send_token.is_some() || s.queue.is_empty() || s.conn_lost > 0 {
+            if s.send_token.is_some() || s.queue.is_empty() || s.base.conn_lost > 0 {
                 return None;
             }
             let slices: Vec<&[u8]> = s.queue.iter().take(MAX_IOV).map(|p| p.rest(py)).collect();
@@ -666,7 +589,7 @@ impl StreamCore {
         let this = slf.get();
         let (lost, sent_chunks) = this.state.with(py, |s| {
             s.send_token = None;
-            if s.aborted || s.shell.is_none() {
+            if s.aborted || s.base.shell.is_none() {
                 // Aborted (or detached) while the kernel read the bytes: free them now.
                 s.forget_queue();
                 return (
@@ -691,50 +614,17 @@ impl StreamCore {
             if code == libc::EAGAIN || code == libc::EINTR {
                 return this.schedule_flush(slf);
             }
-            let (dropped, waiter) = this.state.with(py, |s| {
-                s.forget_queue();
-                (
-                    std::mem::take(&mut s.queue),
-                    s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
-                )
-            });
-            drop(dropped);
-            let exc = os_error(&io::Error::from_raw_os_error(code));
-            let value = exc.value(py).clone().into_any().unbind();
-            this.fatal(py, exc, "Fatal write error on socket transport")?;
-            if let Some(w) = waiter {
-                w.call_method1(py, intern!(py, "set_exception"), (value,))?;
-            }
-            return Ok(());
+            return this.write_failed(py, &io::Error::from_raw_os_error(code));
         }
-        this.maybe_resume_protocol(py)?;
-        let (drained, waiter, closing, eof) = this.state.with(py, |s| {
-            (
-                s.queue.is_empty(),
-                s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
-                s.closing,
-                s.eof,
-            )
-        });
-        if !drained {
+        if !this.queue_drained(py)? {
             return this.schedule_flush(slf);
         }
-        if let Some(w) = waiter {
-            w.call_method1(py, intern!(py, "set_result"), (py.None(),))?;
-        }
-        if closing {
-            if let Some(shell) = this.shell(py) {
-                shell.call_method1(py, intern!(py, "_call_connection_lost"), (py.None(),))?;
-            }
-        } else if eof {
-            sock::shutdown_write(this.fd).map_err(|e| os_error(&e))?;
-        }
-        Ok(())
+        this.finish_writes(py)
     }
 
     fn write_eof(&self, py: Python<'_>) -> PyResult<()> {
         let shut = self.state.with(py, |s| {
-            if s.closing || s.eof {
+            if s.base.closing || s.eof {
                 return false;
             }
             s.eof = true;
@@ -753,90 +643,27 @@ impl StreamCore {
     // ----- closing -----
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let (was_closing, empty, sent) = self.state.with(py, |s| {
-            let was = s.closing;
-            s.closing = true;
-            // Ring mode, bytes gathered for the next wait and none in flight: asyncio would
-            // have handed them to the kernel inside write(), and its close() sees an empty
-            // buffer if the kernel took them all. Hand them over now, to decide the same way.
-            let mut sent = Vec::new();
-            if !was && s.ring_sends && s.send_token.is_none() && !s.queue.is_empty() {
-                let slices: Vec<IoSlice<'_>> = s
-                    .queue
-                    .iter()
-                    .take(MAX_IOV)
-                    .map(|p| IoSlice::new(p.rest(py)))
-                    .collect();
-                let res = sock::send_vectored(self.fd, &slices);
-                drop(slices);
-                if let Ok(n) = res {
-                    s.queued -= n;
-                    sent = advance(&mut s.queue, py, n);
-                }
+        // Ring mode, bytes gathered for the next wait and none in flight: asyncio would have
+        // handed them to the kernel inside write(), and its close() sees an empty buffer if
+        // the kernel took them all. Hand them over now, to decide the same way.
+        let sent = self.state.with(py, |s| {
+            if !s.base.closing && s.ring_sends && s.send_token.is_none() && !s.queue.is_empty() {
+                s.send_queued(py, self.fd).1
+            } else {
+                Vec::new()
             }
-            (was, s.queue.is_empty(), sent)
         });
+        let res = self.close_transport(py);
         drop(sent);
-        if was_closing {
-            return Ok(());
-        }
-        self.stop_read(py)?;
-        if empty {
-            self.state.with(py, |s| s.conn_lost += 1);
-            self.unwatch(py, Side::Write)?;
-            self.schedule_connection_lost(py, py.None())?;
-        }
-        Ok(())
+        res
     }
 
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        self._force_close(py, py.None())
+        self.force_close(py, py.None())
     }
 
     fn _force_close(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
-        let (lost, had_queue, was_closing) = self
-            .state
-            .with(py, |s| (s.conn_lost, !s.queue.is_empty(), s.closing));
-        if lost > 0 {
-            return Ok(());
-        }
-        if had_queue {
-            // A send in flight still reads the queue's bytes: they stay until it completes
-            // (cancelled here); `_on_sent` then drops them.
-            let (dropped, in_flight) = self.state.with(py, |s| {
-                s.forget_queue();
-                s.aborted = true;
-                match s.send_token {
-                    Some(t) => (VecDeque::new(), Some(t)),
-                    None => {
-                        if s.ring_sends {
-                            // These bytes were gathered for the next wait; asyncio would
-                            // have handed them to the kernel inside write(). Give the kernel
-                            // what it takes now, as it would have then; drop the rest.
-                            let slices: Vec<IoSlice<'_>> = s
-                                .queue
-                                .iter()
-                                .take(MAX_IOV)
-                                .map(|p| IoSlice::new(p.rest(py)))
-                                .collect();
-                            let _ = sock::send_vectored(self.fd, &slices);
-                        }
-                        (std::mem::take(&mut s.queue), None)
-                    }
-                }
-            });
-            drop(dropped);
-            match in_flight {
-                Some(token) => self.loop_.get().send_cancel(py, token)?,
-                None => self.unwatch(py, Side::Write)?,
-            }
-        }
-        if !was_closing {
-            self.state.with(py, |s| s.closing = true);
-            self.stop_read(py)?;
-        }
-        self.state.with(py, |s| s.conn_lost += 1);
-        self.schedule_connection_lost(py, exc)
+        self.force_close(py, exc)
     }
 
     /// After `connection_lost`: forget the protocol, the queue and the Python transport, so
@@ -852,8 +679,8 @@ impl StreamCore {
             };
             (
                 (
-                    s.protocol.take(),
-                    s.shell.take(),
+                    s.base.protocol.take(),
+                    s.base.shell.take(),
                     queue,
                     std::mem::take(&mut s.stash),
                 ),
@@ -867,38 +694,21 @@ impl StreamCore {
     // ----- state -----
 
     fn is_closing(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |s| s.closing)
+        self.state.with(py, |s| s.base.closing)
     }
 
     fn is_reading(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |s| !s.closing && !s.paused)
+        self.state.with(py, |s| s.base.is_reading())
     }
 
     fn pause_reading(&self, py: Python<'_>) -> PyResult<()> {
-        let go = self.state.with(py, |s| {
-            if s.closing || s.paused {
-                return false;
-            }
-            s.paused = true;
-            true
-        });
-        if go {
-            self.stop_read(py)?;
-        }
-        Ok(())
+        self.pause_reads(py)
     }
 
     fn resume_reading(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let go = this.state.with(py, |s| {
-            if s.closing || !s.paused {
-                return false;
-            }
-            s.paused = false;
-            true
-        });
-        if go {
+        if this.state.with(py, |s| s.base.resume_reading()) {
             this.start_read(slf)?;
             if this.state.with(py, |s| !s.stash.is_empty()) {
                 let cb = slf.getattr(intern!(py, "_drain_stash"))?.unbind();
@@ -919,12 +729,12 @@ impl StreamCore {
         let (old, switched) = this.state.with(py, |s| {
             let switched = s.buffered != buffered;
             s.buffered = buffered;
-            (s.protocol.replace(protocol), switched)
+            (s.base.protocol.replace(protocol), switched)
         });
         drop(old);
         if switched && this.is_reading(py) {
             // Change how this transport reads (receive vs readiness, see `start_read`).
-            this.stop_read(py)?;
+            this.stop_reading(py)?;
             this.start_read(slf)?;
         }
         Ok(())
@@ -935,7 +745,7 @@ impl StreamCore {
     }
 
     fn get_write_buffer_limits(&self, py: Python<'_>) -> (usize, usize) {
-        self.state.with(py, |s| (s.low, s.high))
+        self.state.with(py, |s| s.base.marks.limits())
     }
 
     #[pyo3(signature = (high = None, low = None))]
@@ -945,28 +755,8 @@ impl StreamCore {
         high: Option<&Bound<'_, PyAny>>,
         low: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let high = high.filter(|h| !h.is_none());
-        let low = low.filter(|l| !l.is_none());
-        let as_int = |v: &Bound<'_, PyAny>| -> PyResult<i128> { v.extract::<i128>() };
-        let high_v = match (high, low) {
-            (Some(h), _) => as_int(h)?,
-            (None, Some(l)) => 4 * as_int(l)?,
-            (None, None) => DEFAULT_HIGH as i128,
-        };
-        let low_v = match low {
-            Some(l) => as_int(l)?,
-            None => high_v.div_euclid(4),
-        };
-        if !(high_v >= low_v && low_v >= 0) {
-            return Err(PyValueError::new_err(format!(
-                "high ({high_v}) must be >= low ({low_v}) must be >= 0"
-            )));
-        }
-        let clamp = |v: i128| usize::try_from(v).unwrap_or(usize::MAX);
-        self.state.with(py, |s| {
-            s.high = clamp(high_v);
-            s.low = clamp(low_v);
-        });
+        let (high, low) = requested_limits(high, low)?;
+        self.state.with(py, |s| s.base.marks.set(high, low))?;
         self.maybe_pause_protocol(py)
     }
 
@@ -1004,7 +794,7 @@ impl StreamCore {
 
     #[getter]
     fn _conn_lost(&self, py: Python<'_>) -> u32 {
-        self.state.with(py, |s| s.conn_lost)
+        self.state.with(py, |s| s.base.conn_lost)
     }
 
     #[getter]
@@ -1014,16 +804,62 @@ impl StreamCore {
 
     #[getter]
     fn _paused(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |s| s.paused)
+        self.state.with(py, |s| s.base.paused)
     }
 
     #[getter]
     fn _protocol_paused(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |s| s.protocol_paused)
+        self.state.with(py, |s| s.base.marks.paused())
     }
 }
 
 impl StreamCore {
+    /// A send failed for good: drop the queue, report, fail `loop.sendfile`'s waiter.
+    fn write_failed(&self, py: Python<'_>, e: &io::Error) -> PyResult<()> {
+        let (dropped, waiter) = self.state.with(py, |s| {
+            s.forget_queue();
+            (
+                std::mem::take(&mut s.queue),
+                s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
+            )
+        });
+        drop(dropped);
+        let exc = os_error(e);
+        let value = exc.value(py).clone().into_any().unbind();
+        self.fatal(py, exc, "Fatal write error on socket transport")?;
+        if let Some(w) = waiter {
+            w.call_method1(py, intern!(py, "set_exception"), (value,))?;
+        }
+        Ok(())
+    }
+
+    /// After a send: resume the protocol at the low mark; `true` once the queue is empty.
+    fn queue_drained(&self, py: Python<'_>) -> PyResult<bool> {
+        self.maybe_resume_protocol(py)?;
+        Ok(self.state.with(py, |s| s.queue.is_empty()))
+    }
+
+    /// The queue is empty: wake `loop.sendfile`'s waiter, then finish a `close()` or a
+    /// `write_eof()` made meanwhile.
+    fn finish_writes(&self, py: Python<'_>) -> PyResult<()> {
+        let (waiter, closing, eof) = self.state.with(py, |s| {
+            (
+                s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
+                s.base.closing,
+                s.eof,
+            )
+        });
+        if let Some(w) = waiter {
+            w.call_method1(py, intern!(py, "set_result"), (py.None(),))?;
+        }
+        if closing {
+            self.connection_lost_now(py)?;
+        } else if eof {
+            sock::shutdown_write(self.fd).map_err(|e| os_error(&e))?;
+        }
+        Ok(())
+    }
+
     /// Ring mode: make sure `_flush` runs before the next wait (unless a send is in flight:
     /// its completion schedules the next).
     fn schedule_flush(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
@@ -1064,14 +900,6 @@ impl StreamCore {
         self.watch(slf, Side::Read)
     }
 
-    /// Stops reading (the receive, or the reader).
-    fn stop_read(&self, py: Python<'_>) -> PyResult<()> {
-        match self.state.with(py, |s| s.recv_token.take()) {
-            Some(token) => self.loop_.get().recv_stop(py, token),
-            None => self.unwatch(py, Side::Read),
-        }
-    }
-
     /// One receive result for the protocol, as `_read_ready` would have produced it.
     fn handle_recv(&self, slf: &Bound<'_, Self>, arg: Py<PyAny>) -> PyResult<()> {
         let py = slf.py();
@@ -1089,7 +917,7 @@ impl StreamCore {
                 let fallback = code == libc::EINVAL || code == libc::EOPNOTSUPP;
                 if fallback && self.state.with(py, |s| !s.readiness_only) {
                     // This kernel refuses multishot receive on this socket: readiness then.
-                    self.stop_read(py)?;
+                    self.stop_reading(py)?;
                     self.state.with(py, |s| s.readiness_only = true);
                     return self.start_read(slf);
                 }
@@ -1100,11 +928,43 @@ impl StreamCore {
         if self.state.with(py, |s| s.buffered) {
             return self.feed_buffered(slf, protocol, data);
         }
-        match protocol.call_method1(py, intern!(py, "data_received"), (data,)) {
-            Ok(_) => Ok(()),
-            Err(e) if is_exit(&e, py) => Err(e),
-            Err(e) => self.fatal(py, e, "Fatal error: protocol.data_received() call failed."),
-        }
+        self.data_received(py, &protocol, data)
+    }
+
+    /// `protocol.data_received(data)`.
+    fn data_received(
+        &self,
+        py: Python<'_>,
+        protocol: &Py<PyAny>,
+        data: Bound<'_, PyBytes>,
+    ) -> PyResult<()> {
+        let res = protocol.call_method1(py, intern!(py, "data_received"), (data,));
+        let message = "Fatal error: protocol.data_received() call failed.";
+        self.checked(py, res, message).map(drop)
+    }
+
+    /// `protocol.get_buffer(-1)`, which must not be empty (`None`: it failed, and the
+    /// transport with it).
+    fn get_buffer(&self, py: Python<'_>, protocol: &Py<PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        let res = protocol
+            .call_method1(py, intern!(py, "get_buffer"), (-1,))
+            .and_then(|b| {
+                if b.bind(py).len()? == 0 {
+                    Err(PyRuntimeError::new_err(
+                        "get_buffer() returned an empty buffer",
+                    ))
+                } else {
+                    Ok(b)
+                }
+            });
+        self.checked(py, res, "Fatal error: protocol.get_buffer() call failed.")
+    }
+
+    /// `protocol.buffer_updated(n)` (`false`: it failed, and the transport with it).
+    fn buffer_updated(&self, py: Python<'_>, protocol: &Py<PyAny>, n: usize) -> PyResult<bool> {
+        let res = protocol.call_method1(py, intern!(py, "buffer_updated"), (n,));
+        let message = "Fatal error: protocol.buffer_updated() call failed.";
+        Ok(self.checked(py, res, message)?.is_some())
     }
 
     /// A received chunk into a `BufferedProtocol`: `get_buffer(-1)` / copy /
@@ -1119,22 +979,8 @@ impl StreamCore {
         let all = data.as_bytes();
         let mut off = 0;
         while off < all.len() {
-            let buf = match protocol
-                .call_method1(py, intern!(py, "get_buffer"), (-1,))
-                .and_then(|b| {
-                    if b.bind(py).len()? == 0 {
-                        Err(PyRuntimeError::new_err(
-                            "get_buffer() returned an empty buffer",
-                        ))
-                    } else {
-                        Ok(b)
-                    }
-                }) {
-                Ok(b) => b,
-                Err(e) if is_exit(&e, py) => return Err(e),
-                Err(e) => {
-                    return self.fatal(py, e, "Fatal error: protocol.get_buffer() call failed.")
-                }
+            let Some(buf) = self.get_buffer(py, &protocol)? else {
+                return Ok(());
             };
             let n = match copy_into_buffer(buf.bind(py), &all[off..]) {
                 Ok(n) => n,
@@ -1142,20 +988,17 @@ impl StreamCore {
             };
             drop(buf);
             off += n;
-            if let Err(e) = protocol.call_method1(py, intern!(py, "buffer_updated"), (n,)) {
-                if is_exit(&e, py) {
-                    return Err(e);
-                }
-                return self.fatal(py, e, "Fatal error: protocol.buffer_updated() call failed.");
+            if !self.buffer_updated(py, &protocol, n)? {
+                return Ok(());
             }
-            let stop = self
-                .state
-                .with(py, |s| s.conn_lost > 0 || s.closing || s.paused);
+            let stop = self.state.with(py, |s| {
+                s.base.conn_lost > 0 || s.base.closing || s.base.paused
+            });
             if stop {
                 if off < all.len() {
                     let rest = PyBytes::new(py, &all[off..]).into_any().unbind();
                     self.state.with(py, |s| {
-                        if s.conn_lost == 0 && !s.closing {
+                        if s.base.conn_lost == 0 && !s.base.closing {
                             s.stash.push_front(rest);
                         }
                     });
@@ -1179,25 +1022,15 @@ impl StreamCore {
         }
     }
 
-    fn schedule_connection_lost(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
-        if let Some(shell) = self.shell(py) {
-            let cb = shell.getattr(py, intern!(py, "_call_connection_lost"))?;
-            self.call_soon(py, cb, PyTuple::new(py, [exc])?.unbind())?;
-        }
-        Ok(())
-    }
-
     fn on_eof(&self, slf: &Bound<'_, Self>, protocol: Py<PyAny>) -> PyResult<()> {
         let py = slf.py();
-        let keep_open = match protocol.call_method0(py, intern!(py, "eof_received")) {
-            Ok(v) => v.bind(py).is_truthy()?,
-            Err(e) if is_exit(&e, py) => return Err(e),
-            Err(e) => {
-                return self.fatal(py, e, "Fatal error: protocol.eof_received() call failed.")
-            }
+        let res = protocol.call_method0(py, intern!(py, "eof_received"));
+        let message = "Fatal error: protocol.eof_received() call failed.";
+        let Some(keep_open) = self.checked(py, res, message)? else {
+            return Ok(());
         };
-        if keep_open {
-            self.stop_read(py)
+        if keep_open.bind(py).is_truthy()? {
+            self.stop_reading(py)
         } else {
             self.close(py)
         }
@@ -1205,20 +1038,8 @@ impl StreamCore {
 
     fn read_buffered(&self, slf: &Bound<'_, Self>, protocol: Py<PyAny>) -> PyResult<()> {
         let py = slf.py();
-        let buf = match protocol
-            .call_method1(py, intern!(py, "get_buffer"), (-1,))
-            .and_then(|b| {
-                if b.bind(py).len()? == 0 {
-                    Err(PyRuntimeError::new_err(
-                        "get_buffer() returned an empty buffer",
-                    ))
-                } else {
-                    Ok(b)
-                }
-            }) {
-            Ok(b) => b,
-            Err(e) if is_exit(&e, py) => return Err(e),
-            Err(e) => return self.fatal(py, e, "Fatal error: protocol.get_buffer() call failed."),
+        let Some(buf) = self.get_buffer(py, &protocol)? else {
+            return Ok(());
         };
         let n = match recv_into_buffer(self.fd, buf.bind(py)) {
             Ok(Ok(n)) => n,
@@ -1232,10 +1053,6 @@ impl StreamCore {
         if n == 0 {
             return self.on_eof(slf, protocol);
         }
-        match protocol.call_method1(py, intern!(py, "buffer_updated"), (n,)) {
-            Ok(_) => Ok(()),
-            Err(e) if is_exit(&e, py) => Err(e),
-            Err(e) => self.fatal(py, e, "Fatal error: protocol.buffer_updated() call failed."),
-        }
+        self.buffer_updated(py, &protocol, n).map(drop)
     }
 }
