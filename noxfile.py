@@ -73,7 +73,8 @@ def tests(session: nox.Session) -> None:
         "no:cacheprovider",
         env={"PYTHONASYNCIODEBUG": "1"},
     )
-    # The opt-in io_uring send path (RSLOOP_URING_SEND=1): the transport tests on uring.
+    # The opt-in io_uring paths (multishot receive, sends with the wait): the transport
+    # tests on uring.
     session.run(
         "python",
         "-m",
@@ -84,7 +85,11 @@ def tests(session: nox.Session) -> None:
         "-q",
         "-p",
         "no:cacheprovider",
-        env={"RSLOOP_URING_SEND": "1", "RSLOOP_TEST_BACKENDS": "uring"},
+        env={
+            "RSLOOP_URING_RECV": "multishot",
+            "RSLOOP_URING_SEND": "1",
+            "RSLOOP_TEST_BACKENDS": "uring",
+        },
     )
 
 

@@ -64,7 +64,7 @@ def make_loop(name: str):
 
         info["version"] = rloop.__version__
         loop = rloop.new_event_loop()
-    elif name in ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-readiness", "rsloop-ringsend"):
+    elif name in ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-multishot", "rsloop-ringsend"):
         import rsloop
 
         if name == "rsloop-poll" and os.environ.get("RSLOOP_BACKEND") != "poll":

@@ -39,11 +39,11 @@ ALL_LOOPS = [
     "rsloop-poll",
     "pypi-rsloop",
     "rsloop-nostats",
-    "rsloop-readiness",
+    "rsloop-multishot",
     "rsloop-ringsend",
 ]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
-OURS = ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-readiness", "rsloop-ringsend")
+OURS = ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-multishot", "rsloop-ringsend")
 NOT_INSTALLED = 3
 CHILD_TIMEOUT = 120.0  # seconds; every child is killed past this
 
@@ -144,10 +144,10 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
     env.pop("RSLOOP_URING_SEND", None)
     if loop == "rsloop-poll":
         env["RSLOOP_BACKEND"] = "poll"
-    elif loop == "rsloop-readiness":
-        # io_uring, but transports read by readiness (POLL_ADD + recv), as before
-        # multishot receive: measures what the receive path alone brings.
-        env["RSLOOP_URING_RECV"] = "readiness"
+    elif loop == "rsloop-multishot":
+        # io_uring with transports reading by multishot receive into provided buffers
+        # (opt-in): measures what the receive path alone brings.
+        env["RSLOOP_URING_RECV"] = "multishot"
     elif loop == "rsloop-ringsend":
         # io_uring with writes gathered per iteration and sent as SQEs with the wait
         # (opt-in: flow control differs from asyncio's, see docs/compatibility.md).

@@ -78,15 +78,17 @@ def _rss_kib() -> int:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
-def test_loops_closed_with_open_connections_release_their_buffers():
-    # Each io_uring loop owns 2 MiB of receive buffers; a loop closed while its transports
-    # still read must cancel those receives and free the buffers, not leak them.
+def test_loops_closed_with_open_connections_release_their_buffers(monkeypatch):
+    # Each io_uring loop with multishot receive owns 2 MiB of receive buffers; a loop closed
+    # while its transports still read must cancel those receives and free the buffers.
     import asyncio
 
     import rsloop
 
     class Proto(asyncio.Protocol):
         pass
+
+    monkeypatch.setenv("RSLOOP_URING_RECV", "multishot")
 
     async def open_and_leave():
         loop = asyncio.get_running_loop()

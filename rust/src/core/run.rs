@@ -47,12 +47,18 @@ impl LoopCore {
     pub fn ensure_driver(&self, py: Python<'_>) -> PyResult<()> {
         let mut slot = lock(&self.driver);
         if let Some(d) = slot.as_ref() {
-            if !d.is_inherited() {
+            if !d.needs_replacing() {
                 return Ok(());
             }
         }
         if let Some(old) = slot.take() {
-            old.abandon();
+            if old.is_inherited() {
+                old.abandon();
+            } else {
+                // The loop moved to another thread: close the old ring (its requests are
+                // cancelled) and arm everything again from this one.
+                drop(old);
+            }
             self.queues.with(py, |q| {
                 q.watchers.rearm_all();
                 q.streams.rearm_all();

@@ -224,6 +224,17 @@ impl Driver {
         }
     }
 
+    /// Whether the loop must replace this driver before running on the calling thread:
+    /// a forked child's, or a ring created by another thread (its requests complete
+    /// through that thread's task work, see `uring::probe`).
+    pub fn needs_replacing(&self) -> bool {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(d) => d.is_inherited() || d.on_other_thread(),
+            Driver::Poll(d) => d.is_inherited(),
+        }
+    }
+
     /// Whether this driver was created in another process (we are a forked child):
     /// such a driver must be dropped with [`Driver::abandon`] and never used.
     pub fn is_inherited(&self) -> bool {

@@ -52,7 +52,8 @@ pub struct UringOptions {
     pub no_ext_arg: bool,
     /// Wake through POLL_ADD + read(2) as if eventfd reads could not wait in the ring.
     pub poll_waker: bool,
-    /// No multishot receive: transports read by readiness (`RSLOOP_URING_RECV=readiness`).
+    /// No multishot receive: transports read by readiness (the default; multishot is
+    /// `RSLOOP_URING_RECV=multishot`).
     pub no_recv_multi: bool,
 }
 
@@ -106,6 +107,9 @@ pub struct UringDriver {
     timeout_ts: Box<types::Timespec>,
     counters: DriverCounters,
     pid: u32,
+    /// The thread that created the ring: with `COOP_TASKRUN` only it runs the task work
+    /// that completes its requests, so a loop that moves to another thread gets a new ring.
+    thread: std::thread::ThreadId,
     /// Provided buffers for multishot receives, when the kernel takes them. Dropped after
     /// the ring (field order), so the kernel is done with them first.
     bufs: Option<BufRing>,
@@ -117,7 +121,9 @@ impl UringDriver {
     /// Creates a small ring (retrying smaller on ENOMEM), probes the opcodes it needs and
     /// arms the waker. Errors read like `io_uring_setup: EPERM (Operation not permitted)`.
     pub fn new() -> io::Result<Self> {
-        let no_recv_multi = std::env::var_os("RSLOOP_URING_RECV").is_some_and(|v| v == "readiness");
+        // Multishot receive is opt-in (`RSLOOP_URING_RECV=multishot`): a loop moved to
+        // another thread loses its receives (docs/compatibility.md); readiness is the default.
+        let no_recv_multi = std::env::var_os("RSLOOP_URING_RECV").is_none_or(|v| v != "multishot");
         Self::with_options(UringOptions {
             no_recv_multi,
             ..UringOptions::default()
@@ -153,6 +159,7 @@ impl UringDriver {
             timeout_ts: Box::default(),
             counters: DriverCounters::default(),
             pid: std::process::id(),
+            thread: std::thread::current().id(),
         })
     }
 
@@ -289,6 +296,11 @@ impl UringDriver {
     /// Whether this driver was created by another process (we are a forked child).
     pub fn is_inherited(&self) -> bool {
         self.pid != std::process::id()
+    }
+
+    /// Whether the calling thread is not the one that created the ring.
+    pub fn on_other_thread(&self) -> bool {
+        self.thread != std::thread::current().id()
     }
 
     /// Forgets a driver inherited across `fork()` without touching the parent's ring: no SQE

@@ -42,11 +42,26 @@ pub(super) fn retry_smaller<T>(
 /// `io_uring_setup: EPERM (Operation not permitted)` or `io_uring: opcode PollAdd not
 /// supported` (see [`sys::os_error`] for getting the errno back).
 pub(super) fn setup(sizes: &[u32]) -> io::Result<(IoUring, Features)> {
-    // No SINGLE_ISSUER / DEFER_TASKRUN / COOP_TASKRUN: asyncio loops are created on one
-    // thread and run on another, and ops submitted by a thread must not depend on that thread
-    // entering the kernel again for their completions to show up.
-    let ring = retry_smaller(sizes, |entries| IoUring::builder().build(entries))
-        .map_err(|e| with_context("io_uring_setup", e))?;
+    // COOP_TASKRUN + TASKRUN_FLAG: completions are not pushed into the loop thread by an
+    // interrupt at every packet (measured: a multishot receive then spends a quarter of the
+    // thread's time contending for the socket lock at each syscall exit, halving echo
+    // throughput); they run when the thread next enters the kernel, and the SQ ring's
+    // TASKRUN flag tells `wait` to enter. Only the creating thread runs that work, so a
+    // loop run later on another thread gets a new ring (`Driver::needs_replacing`). No
+    // SINGLE_ISSUER / DEFER_TASKRUN: asyncio loops are created on one thread and run on
+    // another.
+    // Kernels before 5.19 refuse the flags (EINVAL): a plain ring then.
+    let ring = retry_smaller(sizes, |entries| {
+        IoUring::builder()
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .build(entries)
+            .or_else(|e| match e.raw_os_error() {
+                Some(libc::EINVAL) => IoUring::builder().build(entries),
+                _ => Err(e),
+            })
+    })
+    .map_err(|e| with_context("io_uring_setup", e))?;
     let mut probe = Probe::new();
     if let Err(e) = ring.submitter().register_probe(&mut probe) {
         return Err(match e.raw_os_error() {
