@@ -249,10 +249,7 @@ impl LoopCore {
         }
         for (token, fd) in recv_arm {
             if let Err(e) = driver.submit(token, Op::RecvMulti { fd }) {
-                let transient = matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ResourceBusy
-                );
+                let transient = queue_full(&e);
                 if transient {
                     self.queues.with(py, |q| q.streams.arm_later(token));
                 } else {
@@ -279,10 +276,7 @@ impl LoopCore {
             if let Err(e) = driver.submit(token, op) {
                 // A full queue is temporary: try again next iteration. Anything else (a bad
                 // fd) leaves the watcher installed and silent, as a selector would.
-                let transient = matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ResourceBusy
-                );
+                let transient = queue_full(&e);
                 self.queues.with(py, |q| {
                     if transient {
                         q.watchers.arm_later(token)
@@ -631,4 +625,12 @@ fn wait_for(secs: f64) -> f64 {
     } else {
         secs.clamp(0.0, MAX_WAIT_SECS)
     }
+}
+
+/// A submission the driver could not take now (its queue is full): try again next flush.
+fn queue_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ResourceBusy
+    )
 }

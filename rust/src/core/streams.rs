@@ -1,7 +1,7 @@
 //! Multishot receives of the stream transports (io_uring): which callback gets which chunk.
 //! Owns: the token → receive table, arming and cancelling at the next flush, deciding
 //! what each receive completion means for its transport. Not: the kernel side
-//! (`driver/`), what the transport does with the data (`transports/stream.rs`).
+//! (`driver/`), what the transport does with the data (`transports/stream/`).
 //!
 //! A transport starts a receive with a callback (its `_on_recv`); each chunk the kernel
 //! delivers becomes one ready handle calling it with a `bytes`, queued like a watcher's

@@ -36,6 +36,7 @@ use crate::sys::buffer::{recv_bytes, recv_into_export, send_export};
 use crate::sys::gil::GilCell;
 use crate::sys::python::call_kw;
 use crate::sys::sock;
+use crate::transports::common::would_block;
 
 static SOCKET_TYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -45,13 +46,6 @@ fn socket_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
             Ok::<_, PyErr>(py.import("socket")?.getattr("socket")?.unbind())
         })
         .map(|t| t.bind(py))
-}
-
-fn would_block(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
 }
 
 /// The fd of a socket this file may handle, or `None` when `rsloop/_sock.py` must: debug

@@ -344,7 +344,7 @@ mod tests {
     #[test]
     fn pauses_above_high_and_resumes_at_low_once_per_crossing() {
         let mut m = WaterMarks::default();
-        m.set(100, 25).unwrap();
+        m.set(100, 25).expect("valid marks");
         assert!(!m.should_pause(100));
         assert!(m.should_pause(101));
         assert!(!m.should_pause(500), "already paused");
@@ -366,7 +366,7 @@ mod tests {
             (16 * 1024, 64 * 1024),
             "unchanged by a refused set"
         );
-        m.set(1 << 70, 7).unwrap();
+        m.set(1 << 70, 7).expect("valid marks");
         assert_eq!(m.limits(), (7, usize::MAX));
     }
 }

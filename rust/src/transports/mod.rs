@@ -5,7 +5,7 @@
 #[cfg(unix)]
 pub mod addrs;
 #[cfg(unix)]
-mod common;
+pub(crate) mod common;
 #[cfg(unix)]
 pub mod datagram;
 #[cfg(unix)]
