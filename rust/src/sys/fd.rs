@@ -57,17 +57,17 @@ mod tests {
             .or_else(|_| std::fs::File::open(file!()))
             .expect("a regular file to open");
         // /proc files are regular files too.
-        let err = fd_check_pollable(file.as_raw_fd()).unwrap_err();
+        let err = fd_check_pollable(file.as_raw_fd()).expect_err("regular file");
         assert_eq!(err.raw_os_error(), Some(libc::EPERM));
         let dir = std::fs::File::open(".").expect("cwd");
-        let err = fd_check_pollable(dir.as_raw_fd()).unwrap_err();
+        let err = fd_check_pollable(dir.as_raw_fd()).expect_err("directory");
         assert_eq!(err.raw_os_error(), Some(libc::EPERM));
-        let raw = a.as_raw_fd();
-        drop(a);
-        let err = fd_check_pollable(raw).unwrap_err();
+        // A number no fd has (a closed one could be reused at once by a test running in
+        // parallel on another thread).
+        let err = fd_check_pollable(i32::MAX).expect_err("no such fd");
         assert_eq!(err.raw_os_error(), Some(libc::EBADF));
         assert_eq!(
-            fd_check_pollable(-1).unwrap_err().raw_os_error(),
+            fd_check_pollable(-1).expect_err("negative").raw_os_error(),
             Some(libc::EBADF)
         );
     }
