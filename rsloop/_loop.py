@@ -20,6 +20,7 @@ from . import _compat, _format
 from ._net import NetMixin
 from ._rsloop import Loop as _NativeLoop
 from ._sock import SockMixin
+from ._unix import UnixMixin
 
 __all__ = ["Loop"]
 
@@ -44,7 +45,7 @@ def _not_implemented(name: str):
     return method
 
 
-class Loop(SockMixin, NetMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type: ignore[misc]
+class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """An asyncio event loop on rsloop's native core (io_uring or mio)."""
 
     def __init__(self, backend: str | None = None) -> None:
@@ -57,6 +58,7 @@ class Loop(SockMixin, NetMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type
         self._coroutine_origin_tracking_saved_depth = None
         self._current_handle = None
         self._init_net()
+        self._init_unix()
         self._set_debug_native(coroutines._is_debug_mode())  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
@@ -127,6 +129,9 @@ class Loop(SockMixin, NetMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type
             return
         if self.get_debug():
             base_events.logger.debug("Close %r", self)  # type: ignore[attr-defined]
+        # Signal handlers, the wakeup socket pair and child pidfds go first, while the
+        # watchers can still be removed.
+        self._close_unix()
         self._close_native()
         self._executor_shutdown_called = True
         executor = self._default_executor
@@ -410,8 +415,9 @@ def _set_exception_unless_cancelled(fut, exc) -> None:
         fut.set_exception(exc)
 
 
-# AbstractEventLoop methods that arrive with the networking and process issues. Until
-# then they fail loudly, naming the method, instead of asyncio's bare NotImplementedError.
+# AbstractEventLoop methods a platform's build may lack (on Windows: Unix sockets, pipes,
+# subprocesses, signals). There they fail loudly, naming the method, instead of asyncio's
+# bare NotImplementedError. On Unix every one of them is implemented.
 _PENDING = (
     "create_connection create_server sendfile start_tls create_unix_connection "
     "create_unix_server connect_accepted_socket create_datagram_endpoint "

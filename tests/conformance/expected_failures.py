@@ -25,22 +25,9 @@ NOT_APPLICABLE.
 
 from __future__ import annotations
 
-# area -> (what it is, the issue that brings it)
-AREAS: dict[str, tuple[str, str]] = {
-    "pipes": (
-        "connect_read_pipe / connect_write_pipe",
-        "pipes issue",
-    ),
-    "subprocess": (
-        "subprocess_exec / subprocess_shell and child watchers",
-        "subprocess issue",
-    ),
-    "signals": (
-        "add_signal_handler / remove_signal_handler (also used by asyncio's "
-        "SafeChildWatcher.attach_loop)",
-        "signals issue",
-    ),
-}
+# area -> (what it is, the issue that brings it). Empty: every area has landed (pipes,
+# subprocesses and signals were the last).
+AREAS: dict[str, tuple[str, str]] = {}
 
 # What a pending failure must show: the NotImplementedError rsloop raises for a method
 # of a pending area. A pending-listed test that fails in any other way is an
@@ -49,41 +36,11 @@ PENDING_MARKERS: tuple[str, ...] = ("is not implemented yet",)
 
 # Pending tests whose NotImplementedError is raised in a forked child, so the parent
 # only sees its consequence: pattern -> the text the failure must show instead.
-PENDING_CHILD_MARKERS: dict[str, str] = {
-    # the child's asyncio.run(create_subprocess_exec(...)) raises; result stays 1
-    "test_unix_events.TestFork.test_fork_asyncio_subprocess": "AssertionError: 1 != 0",
-}
-
-_EV = "test_events.RsloopEventLoopTests"
+PENDING_CHILD_MARKERS: dict[str, str] = {}
 
 # area -> fnmatch patterns over test ids. The first area whose pattern matches wins.
-# (sockets, TCP, UDP, TLS and sendfile have landed: their tests must pass.)
-PENDING: dict[str, list[str]] = {
-    "pipes": [
-        f"{_EV}.test_read_pipe",
-        f"{_EV}.test_write_pipe*",
-        f"{_EV}.test_read_pty_output",
-        f"{_EV}.test_write_pty",
-        f"{_EV}.test_bidirectional_pty",
-        f"{_EV}.test_unclosed_pipe_transport",
-        "test_streams.StreamTests.test_read_all_from_pipe_reader",  # connect_read_pipe
-    ],
-    "subprocess": [
-        # setUp attaches asyncio's SafeChildWatcher, which needs add_signal_handler.
-        "test_events.RsloopSubprocessTests.*",
-        "test_unix_events.TestFork.test_fork_asyncio_subprocess",  # 3.12+
-    ],
-    "signals": [
-        f"{_EV}.test_add_signal_handler",
-        f"{_EV}.test_signal_handling_*",
-        # these attach a SafeChildWatcher (add_signal_handler(SIGCHLD)) to the loop
-        "test_events.Test*GetEventLoop.test_get_event_loop_returns_running_loop*",
-        "test_events.Test*GetEventLoop.test_get_event_loop_new_process",
-        # SafeChildWatcher.attach_loop(rsloop loop) -> add_signal_handler(SIGCHLD)
-        "test_unix_events.PolicyTests.test_child_watcher_replace_mainloop_existing",
-        "test_unix_events.TestFork.test_fork_signal_handling",  # 3.12+
-    ],
-}
+# (Every area has landed: all tests not listed below must pass.)
+PENDING: dict[str, list[str]] = {}
 
 # (pattern, reason): not run, counted as n/a
 NOT_APPLICABLE: list[tuple[str, str]] = [
@@ -192,6 +149,12 @@ NOT_APPLICABLE: list[tuple[str, str]] = [
             ("UnixWritePipeTransportTests", "_UnixWritePipeTransport"),
         )
     ],
+    (
+        "test_subprocess.GenericWatcherTests.test_create_subprocess_fails_with_inactive_watcher",
+        "asyncio's child-watcher protocol with a mock watcher: rsloop observes its own "
+        "children through a pidfd and never consults the policy's child watcher (as "
+        "uvloop); see docs/compatibility.md",
+    ),
     (
         "test_unix_events.*ChildWatcherTests.*",
         "stdlib child watchers driven by a mocked os.waitpid; the loop is a placeholder "

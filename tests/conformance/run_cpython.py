@@ -100,6 +100,8 @@ MODULES: list[tuple[str, tuple[int, int]]] = [
     ("test_selector_events", (3, 10)),
     ("test_protocols", (3, 10)),
     ("test_transports", (3, 10)),
+    # pipes, subprocesses, signals
+    ("test_subprocess", (3, 10)),
 ]
 
 BACKENDS = ("uring", "poll")
