@@ -2,7 +2,9 @@
 
 Creates the loop, runs the workload once at WARMUP_N (warm-up: imports, first-call
 paths, allocator pools), then once at N, and prints one JSON line on stdout with the
-ops, the seconds, and peak RSS. Exit code 3 means "this loop is not installed here".
+ops, the seconds, and peak RSS. Exit code 3 means "this loop is not installed here",
+4 "this loop lacks an API the workload needs" (NotImplementedError or AttributeError
+from the loop; the JSON line then says ``{"unsupported": "..."}``).
 Run by ``bench/run.py``; it is a script (not ``-m``) so that the current directory
 is not put on sys.path and ``import rsloop`` finds the installed wheel, not the
 source tree.
@@ -20,6 +22,8 @@ import sys
 import workloads
 
 NOT_INSTALLED = 3
+UNSUPPORTED = 4
+MISSING_API = (NotImplementedError, AttributeError)
 
 
 def _proc_status_kib(field: str) -> int:
@@ -131,6 +135,10 @@ def main() -> int:
         ops, (secs, cpu_secs) = fn(loop, n)
         if loop_name == "rsloop-nostats" and loop.stats().get("callbacks"):
             raise RuntimeError("rsloop-nostats: this wheel counts callbacks (stats on)")
+    except MISSING_API as exc:
+        why = f"{type(exc).__name__}: {str(exc) or 'raised by the loop'}"
+        print(json.dumps({"unsupported": why, "info": info}))
+        return UNSUPPORTED
     finally:
         loop.close()
         asyncio.set_event_loop(None)

@@ -1,4 +1,4 @@
-"""Echo server on the loop under test: ``python bench/_net_server.py LOOP KIND``.
+"""Echo server on the loop under test: ``python bench/_net_server.py LOOP KIND [CERT KEY]``.
 
 Run by ``bench/net.py``, one process per measurement. Creates the loop exactly as
 ``bench/_child.py`` does (same names, same environment: ``RSLOOP_BACKEND``, the
@@ -9,8 +9,10 @@ wrong, if anything.
 
 KIND is one of ``protocol`` (asyncio.Protocol, data_received -> transport.write),
 ``streams`` (asyncio.start_server, reader.read / writer.write / drain), ``sock``
-(loop.sock_accept, sock_recv, sock_sendall on plain non-blocking sockets) and ``udp``
-(create_datagram_endpoint, datagram_received -> sendto).
+(loop.sock_accept, sock_recv, sock_sendall on plain non-blocking sockets), ``udp``
+(create_datagram_endpoint, datagram_received -> sendto) and ``tls`` (the ``protocol``
+server with ``ssl=``: an ``ssl.SSLContext`` for the server side with CERT and KEY,
+PEM files the parent made).
 
 Exit codes: 0 served and stopped cleanly; 3 the loop is not installed; 4 the loop does
 not support this kind (``{"unsupported": "..."}``: NotImplementedError or
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import sys
 import threading
 
@@ -38,6 +41,12 @@ PEER_GONE = (ConnectionError, BrokenPipeError, TimeoutError)
 MISSING_API = (NotImplementedError, AttributeError)
 
 
+def _why_missing(exc) -> str:
+    """'ExcType: message', naming the API when the message is empty (rloop raises a
+    bare NotImplementedError for ssl=)."""
+    return f"{type(exc).__name__}: {str(exc) or API.get(KIND, '?')}"
+
+
 class State:
     def __init__(self, loop):
         self.loop = loop
@@ -46,7 +55,7 @@ class State:
 
     def missing(self, exc):
         if self.unsupported is None:
-            self.unsupported = f"{type(exc).__name__}: {exc}"
+            self.unsupported = _why_missing(exc)
         self.loop.stop()
 
     def failed(self, what):
@@ -67,6 +76,15 @@ class EchoProtocol(asyncio.Protocol):
 
 async def start_protocol(loop, st):
     server = await loop.create_server(EchoProtocol, HOST, 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+# tls --------------------------------------------------------------------------------
+async def start_tls(loop, st):
+    cert, key = sys.argv[3], sys.argv[4]
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    server = await loop.create_server(EchoProtocol, HOST, 0, ssl=ctx)
     return server, server.sockets[0].getsockname()[1]
 
 
@@ -155,7 +173,17 @@ KINDS = {
     "streams": start_streams,
     "sock": start_sock,
     "udp": start_udp,
+    "tls": start_tls,
 }
+# What each kind needs of the loop, for an unsupported-API message that has none.
+API = {
+    "protocol": "create_server",
+    "streams": "asyncio.start_server",
+    "sock": "sock_accept / sock_recv / sock_sendall",
+    "udp": "create_datagram_endpoint",
+    "tls": "create_server(ssl=...)",
+}
+KIND = ""
 
 
 def emit(obj):
@@ -164,8 +192,10 @@ def emit(obj):
 
 
 def main() -> int:
+    global KIND
     loop_name, kind = sys.argv[1], sys.argv[2]
     start = KINDS[kind]
+    KIND = kind
     try:
         loop, info = make_loop(loop_name)
     except ImportError as exc:
@@ -187,7 +217,7 @@ def main() -> int:
     try:
         server, port = loop.run_until_complete(start(loop, st))
     except MISSING_API as exc:
-        emit({"unsupported": f"{type(exc).__name__}: {exc}", "info": info})
+        emit({"unsupported": _why_missing(exc), "info": info})
         loop.close()
         return UNSUPPORTED
 

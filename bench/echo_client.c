@@ -1,12 +1,16 @@
 /*
  * Closed-loop echo load client for bench/net.py (Linux: epoll, one thread).
  *
- *   echo_client -m tcp|udp -p PORT [-c CONNS] [-s SIZE] [-d SECONDS] [-w WARMUP]
- *               [-t UDP_TIMEOUT_MS] [-S STALL_SECONDS]
+ *   echo_client -m tcp|udp|tls -p PORT [-c CONNS] [-s SIZE] [-d SECONDS] [-w WARMUP]
+ *               [-t UDP_TIMEOUT_MS] [-S STALL_SECONDS] [-C CA_FILE]
+ *   echo_client -V       prints the modes this build supports ("tcp udp tls")
  *
  * TCP: CONNS connections to 127.0.0.1:PORT; each sends a SIZE-byte message, reads
  * back exactly SIZE bytes, compares them with what it sent (every byte), and starts
- * the next message. UDP: CONNS connected sockets, each sends one SIZE-byte datagram
+ * the next message. TLS (only when built with -DECHO_TLS -lssl -lcrypto): the same
+ * over OpenSSL; each connection does its handshake (blocking, bounded by
+ * STALL_SECONDS) before the warm-up starts, and verifies the server's certificate
+ * against CA_FILE for the IP address 127.0.0.1 when -C is given. UDP: CONNS connected sockets, each sends one SIZE-byte datagram
  * and waits for its echo; after UDP_TIMEOUT_MS without it, the datagram counts as lost
  * and a new one is sent. A late echo of an older datagram is counted and ignored.
  *
@@ -33,6 +37,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef ECHO_TLS
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <sys/time.h>
+#endif
+
 #define PATTERN_SPAN 256 /* request k of connection i starts at offset (7k + 13i) % 256 */
 #define UDP_HDR 8        /* u32 sequence number + u32 connection index */
 #define MAX_UDP 65507
@@ -40,6 +51,11 @@
 struct conn {
     int fd;
     int want_out; /* EPOLLOUT registered */
+#ifdef ECHO_TLS
+    SSL *ssl;
+    int write_wants_read; /* SSL_write said WANT_READ: retry it when readable */
+    int read_wants_write; /* SSL_read said WANT_WRITE: retry it when writable */
+#endif
     size_t sent, got;
     size_t off; /* offset of this request's bytes in the pattern */
     uint32_t seq;
@@ -49,10 +65,14 @@ struct conn {
 
 static unsigned char *pattern, *rbuf, *ubuf;
 static size_t size;
-static int udp, nconn, epfd;
+static int udp, tls, nconn, epfd;
 static int measuring, draining, idle;
 static long requests, warm_requests, errors, lost, late;
 static char err_detail[256];
+static char tls_info[128]; /* protocol version and cipher of the first connection */
+#ifdef ECHO_TLS
+static SSL_CTX *ssl_ctx;
+#endif
 
 static double now(void) {
     struct timespec ts;
@@ -67,6 +87,77 @@ static void fail(const char *what, int conn) {
     errors++;
 }
 
+#ifdef ECHO_TLS
+/* An OpenSSL failure: its own reason (from the error queue) rather than errno's. */
+static void ssl_fail(const char *what, int conn, int ssl_err) {
+    unsigned long e = ERR_get_error();
+    if (ssl_err == SSL_ERROR_SYSCALL && !e) {
+        if (!errno)
+            what = "unexpected EOF (no close_notify)";
+        fail(what, conn);
+        return;
+    }
+    if (!errors) {
+        char buf[160];
+        ERR_error_string_n(e, buf, sizeof buf);
+        snprintf(err_detail, sizeof err_detail, "conn %d: %s: %s", conn, what,
+                 e ? buf : "SSL error");
+    }
+    errors++;
+    ERR_clear_error();
+}
+#endif
+
+/* send() or SSL_write(): > 0 bytes taken; -1 with errno EAGAIN (would block: EPOLLOUT,
+ * or readability when c->write_wants_read is set), EINTR, or another error (already
+ * reported when c is TLS: errno is then set to EPROTO). */
+static ssize_t conn_send(struct conn *c, const void *buf, size_t len, int idx) {
+#ifdef ECHO_TLS
+    if (tls) {
+        ERR_clear_error();
+        int n = SSL_write(c->ssl, buf, (int)(len > 1 << 30 ? 1 << 30 : len));
+        if (n > 0)
+            return n;
+        int err = SSL_get_error(c->ssl, n);
+        if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
+            c->write_wants_read = err == SSL_ERROR_WANT_READ;
+            errno = EAGAIN;
+            return -1;
+        }
+        ssl_fail("SSL_write", idx, err);
+        errno = EPROTO;
+        return -1;
+    }
+#endif
+    (void)idx;
+    return send(c->fd, buf, len, MSG_NOSIGNAL);
+}
+
+/* recv() or SSL_read(): as conn_send, and 0 for an orderly end of stream. */
+static ssize_t conn_recv(struct conn *c, void *buf, size_t len, int idx) {
+#ifdef ECHO_TLS
+    if (tls) {
+        ERR_clear_error();
+        int n = SSL_read(c->ssl, buf, (int)(len > 1 << 30 ? 1 << 30 : len));
+        if (n > 0)
+            return n;
+        int err = SSL_get_error(c->ssl, n);
+        if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+            c->read_wants_write = err == SSL_ERROR_WANT_WRITE;
+            errno = EAGAIN;
+            return -1;
+        }
+        if (err == SSL_ERROR_ZERO_RETURN)
+            return 0;
+        ssl_fail("SSL_read", idx, err);
+        errno = EPROTO;
+        return -1;
+    }
+#endif
+    (void)idx;
+    return recv(c->fd, buf, len, 0);
+}
+
 static int set_events(struct conn *c, int out) {
     struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.ptr = c};
     c->want_out = out;
@@ -76,12 +167,18 @@ static int set_events(struct conn *c, int out) {
 /* TCP: push as much of the current message as the socket takes. */
 static int tcp_send(struct conn *c, int idx) {
     while (c->sent < size) {
-        ssize_t n = send(c->fd, pattern + c->off + c->sent, size - c->sent, MSG_NOSIGNAL);
+        ssize_t n = conn_send(c, pattern + c->off + c->sent, size - c->sent, idx);
         if (n > 0) {
             c->sent += (size_t)n;
             continue;
         }
+        if (n < 0 && errno == EPROTO && tls)
+            return -1; /* reported by conn_send */
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+#ifdef ECHO_TLS
+            if (c->write_wants_read)
+                return 0; /* on_readable retries the write */
+#endif
             if (!c->want_out && set_events(c, 1) < 0) {
                 fail("epoll_ctl", idx);
                 return -1;
@@ -182,7 +279,7 @@ static void on_readable(struct conn *c, int idx) {
     for (;;) {
         /* Never more than the rest of this reply: a byte too many would be read as
          * the start of the next reply and fail its comparison. */
-        ssize_t n = recv(c->fd, rbuf, size - c->got, 0);
+        ssize_t n = conn_recv(c, rbuf, size - c->got, idx);
         if (n > 0) {
             if (memcmp(rbuf, pattern + c->off + c->got, (size_t)n) != 0) {
                 errno = 0;
@@ -214,12 +311,68 @@ static void on_readable(struct conn *c, int idx) {
             return;
         if (errno == EINTR)
             continue;
+        if (errno == EPROTO && tls)
+            return; /* reported by conn_recv */
         fail("recv", idx);
         return;
     }
 }
 
-static int open_conn(struct conn *c, int port, int idx) {
+#ifdef ECHO_TLS
+/* Blocking TLS handshake on a fresh connected socket, bounded by `stall` seconds. */
+static int tls_handshake(struct conn *c, int idx, double stall, const char *cafile) {
+    struct timeval tv = {.tv_sec = (time_t)stall,
+                         .tv_usec = (suseconds_t)((stall - (time_t)stall) * 1e6)};
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    c->ssl = SSL_new(ssl_ctx);
+    if (!c->ssl || !SSL_set_fd(c->ssl, c->fd)) {
+        ssl_fail("SSL_new", idx, SSL_ERROR_SSL);
+        return -1;
+    }
+    if (cafile && !X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), "127.0.0.1")) {
+        ssl_fail("X509_VERIFY_PARAM_set1_ip_asc", idx, SSL_ERROR_SSL);
+        return -1;
+    }
+    ERR_clear_error();
+    int r = SSL_connect(c->ssl);
+    if (r != 1) {
+        int err = SSL_get_error(c->ssl, r);
+        if (err == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            errno = 0;
+            fail("TLS handshake timed out", idx);
+        } else {
+            ssl_fail("TLS handshake", idx, err);
+        }
+        return -1;
+    }
+    if (!tls_info[0])
+        snprintf(tls_info, sizeof tls_info, "%s %s", SSL_get_version(c->ssl),
+                 SSL_get_cipher_name(c->ssl));
+    struct timeval zero = {0, 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &zero, sizeof zero);
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &zero, sizeof zero);
+    return 0;
+}
+
+static int tls_setup(const char *cafile) {
+    ssl_ctx = SSL_CTX_new(TLS_client_method());
+    if (!ssl_ctx)
+        return -1;
+    SSL_CTX_set_mode(ssl_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                                  SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (cafile) {
+        if (SSL_CTX_load_verify_locations(ssl_ctx, cafile, NULL) != 1)
+            return -1;
+        SSL_CTX_set_verify(ssl_ctx, SSL_VERIFY_PEER, NULL);
+    } else {
+        SSL_CTX_set_verify(ssl_ctx, SSL_VERIFY_NONE, NULL);
+    }
+    return 0;
+}
+#endif
+
+static int open_conn(struct conn *c, int port, int idx, double stall, const char *cafile) {
     struct sockaddr_in local = {.sin_family = AF_INET}, addr = {.sin_family = AF_INET};
     local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -242,6 +395,13 @@ static int open_conn(struct conn *c, int port, int idx) {
         int one = 1;
         setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
+#ifdef ECHO_TLS
+    if (tls && tls_handshake(c, idx, stall, cafile) < 0)
+        return -1;
+#else
+    (void)stall;
+    (void)cafile;
+#endif
     fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
     if (epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
@@ -253,25 +413,36 @@ static int open_conn(struct conn *c, int port, int idx) {
 
 static void usage(const char *argv0) {
     fprintf(stderr,
-            "usage: %s -m tcp|udp -p PORT [-c CONNS] [-s SIZE] [-d SECONDS] [-w WARMUP] "
-            "[-t UDP_TIMEOUT_MS] [-S STALL_SECONDS]\n",
-            argv0);
+            "usage: %s -m tcp|udp|tls -p PORT [-c CONNS] [-s SIZE] [-d SECONDS] [-w WARMUP] "
+            "[-t UDP_TIMEOUT_MS] [-S STALL_SECONDS] [-C CA_FILE]\n       %s -V\n",
+            argv0, argv0);
     exit(2);
 }
 
 int main(int argc, char **argv) {
     int port = 0, opt, udp_timeout_ms = 200;
     double duration = 3.0, warmup = 0.5, stall = 5.0;
+    const char *cafile = NULL;
     nconn = 10;
     size = 1024;
-    while ((opt = getopt(argc, argv, "m:p:c:s:d:w:t:S:")) != -1) {
+    while ((opt = getopt(argc, argv, "m:p:c:s:d:w:t:S:C:V")) != -1) {
         switch (opt) {
         case 'm':
             if (strcmp(optarg, "udp") == 0)
                 udp = 1;
+            else if (strcmp(optarg, "tls") == 0)
+                tls = 1;
             else if (strcmp(optarg, "tcp") != 0)
                 usage(argv[0]);
             break;
+        case 'C': cafile = optarg; break;
+        case 'V':
+#ifdef ECHO_TLS
+            printf("tcp udp tls\n");
+#else
+            printf("tcp udp\n");
+#endif
+            return 0;
         case 'p': port = atoi(optarg); break;
         case 'c': nconn = atoi(optarg); break;
         case 's': size = (size_t)atol(optarg); break;
@@ -288,6 +459,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "udp size must be in [%d, %d]\n", UDP_HDR, MAX_UDP);
         return 2;
     }
+#ifdef ECHO_TLS
+    if (tls && tls_setup(cafile) < 0) {
+        fprintf(stderr, "TLS set-up failed (CA file %s)\n", cafile ? cafile : "-");
+        ERR_print_errors_fp(stderr);
+        return 2;
+    }
+#else
+    if (tls) {
+        fprintf(stderr, "this echo_client was built without TLS (-DECHO_TLS -lssl -lcrypto)\n");
+        return 2;
+    }
+#endif
     pattern = malloc(size + PATTERN_SPAN);
     rbuf = malloc(udp ? MAX_UDP + 1 : size);
     ubuf = malloc(size);
@@ -300,7 +483,7 @@ int main(int argc, char **argv) {
     epfd = epoll_create1(0);
 
     for (int i = 0; i < nconn && !errors; i++)
-        open_conn(&conns[i], port, i);
+        open_conn(&conns[i], port, i, stall, cafile);
     double t_start = now(), t_measure = t_start + warmup, t_end = t_measure + duration;
     double t_progress = t_start, t_window = t_measure, t_stop = 0;
     long last_total = 0;
@@ -374,6 +557,17 @@ int main(int argc, char **argv) {
                 on_readable(c, idx);
             if (!errors && !udp && (evs[k].events & EPOLLOUT))
                 tcp_send(c, idx);
+#ifdef ECHO_TLS
+            /* TLS can need the other direction to make progress (rare with TLS 1.3). */
+            if (!errors && c->write_wants_read && (evs[k].events & EPOLLIN)) {
+                c->write_wants_read = 0;
+                tcp_send(c, idx);
+            }
+            if (!errors && c->read_wants_write && (evs[k].events & EPOLLOUT)) {
+                c->read_wants_write = 0;
+                on_readable(c, idx);
+            }
+#endif
         }
     }
     if (!draining)
@@ -399,12 +593,21 @@ int main(int argc, char **argv) {
     printf("{\"mode\": \"%s\", \"connections\": %d, \"size\": %zu, \"requests\": %ld, "
            "\"bytes\": %ld, \"duration\": %.6f, \"warmup_requests\": %ld, "
            "\"per_conn_min\": %ld, \"per_conn_max\": %ld, \"lost\": %ld, \"late\": %ld, "
-           "\"errors\": %ld, \"error_detail\": \"%s\"}\n",
-           udp ? "udp" : "tcp", nconn, size, requests, requests * (long)size, measured,
-           warm_requests, per_min, per_max, lost, late, errors, err_detail);
+           "\"errors\": %ld, \"error_detail\": \"%s\", \"tls\": \"%s\"}\n",
+           udp ? "udp" : tls ? "tls" : "tcp", nconn, size, requests, requests * (long)size,
+           measured, warm_requests, per_min, per_max, lost, late, errors, err_detail, tls_info);
     fflush(stdout);
-    for (int i = 0; i < nconn; i++)
+    for (int i = 0; i < nconn; i++) {
+#ifdef ECHO_TLS
+        if (conns[i].ssl) {
+            /* Send close_notify (non-blocking, once: the reply is not waited for). */
+            if (!errors)
+                SSL_shutdown(conns[i].ssl);
+            SSL_free(conns[i].ssl);
+        }
+#endif
         if (conns[i].fd > 0)
             close(conns[i].fd);
+    }
     return errors ? 1 : 0;
 }

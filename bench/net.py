@@ -5,11 +5,13 @@
     python bench/net.py --quick                           # smoke test, ~4 minutes
     python bench/net.py --loops asyncio,uvloop,rsloop --kinds protocol,streams \\
         --sizes 1k,100k --repeat 7 --duration 5
+    python bench/net.py --kinds tls --tls-sizes 1k,100k    # TLS echo only
 
 For each repeat, for each (server kind, message size), every loop serves once, in a
 fresh ``python bench/_net_server.py LOOP KIND`` process (interleaved A B C A B C), while
 ``bench/echo_client.c`` (compiled on first use) runs closed-loop round trips over
-``--connections`` sockets. The parent samples the server's CPU time (/proc/PID/stat)
+``--connections`` sockets (over OpenSSL for the ``tls`` kind, with a throwaway
+self-signed certificate made at start-up). The parent samples the server's CPU time (/proc/PID/stat)
 around the client's measured window and reads the server's peak RSS. The tables report
 medians over the repeats; JSON goes to bench/results/net-<timestamp>.json. Linux only.
 See bench/README.md.
@@ -25,6 +27,7 @@ import os
 import platform
 import re
 import select
+import shutil
 import signal
 import statistics
 import subprocess
@@ -38,8 +41,8 @@ sys.path.insert(0, str(HERE))
 
 from run import ALL_LOOPS, DEFAULT_LOOPS, NOT_INSTALLED, OURS, _loadavg, child_command  # noqa: E402
 
-KINDS = ["protocol", "streams", "sock", "udp"]
-TCP_KINDS = ("protocol", "streams", "sock")
+KINDS = ["protocol", "streams", "sock", "udp", "tls"]
+TCP_KINDS = ("protocol", "streams", "sock", "tls")
 UNSUPPORTED = 4  # exit code of _net_server.py: the loop lacks an API this kind needs
 BASELINE = "asyncio"
 CLIENT_SRC = HERE / "echo_client.c"
@@ -115,6 +118,9 @@ def parse_args(argv=None):
         "(KiB/MiB) (default 1k,10k,100k)",
     )
     p.add_argument("--udp-sizes", default="1k", help="datagram sizes for the udp kind (default 1k)")
+    p.add_argument(
+        "--tls-sizes", default="1k,100k", help="message sizes for the tls kind (default 1k,100k)"
+    )
     p.add_argument(
         "--repeat",
         type=int,
@@ -195,9 +201,10 @@ def parse_args(argv=None):
     try:
         a.sizes = [parse_size(x) for x in a.sizes.split(",") if x.strip()]
         a.udp_sizes = [parse_size(x) for x in a.udp_sizes.split(",") if x.strip()]
+        a.tls_sizes = [parse_size(x) for x in a.tls_sizes.split(",") if x.strip()]
     except ValueError as exc:
         p.error(f"bad size: {exc}")
-    if any(s < 1 for s in a.sizes) or any(not 8 <= s <= 65507 for s in a.udp_sizes):
+    if any(s < 1 for s in a.sizes + a.tls_sizes) or any(not 8 <= s <= 65507 for s in a.udp_sizes):
         p.error("sizes must be >= 1 byte; UDP sizes in [8, 65507]")
     if a.connections < 1 or a.repeat < 1 or a.duration <= 0 or a.warmup < 0:
         p.error("--connections, --repeat and --duration must be positive")
@@ -213,30 +220,109 @@ def parse_args(argv=None):
 
 
 # the C client -------------------------------------------------------------------------
-def ensure_client(args) -> str:
-    """Path of a compiled echo_client no older than its source; builds it if needed
-    (into bench/results/, or a temporary directory if that is not writable)."""
+def _client_modes(binary) -> set:
+    """The modes a built client supports (``echo_client -V``: "tcp udp [tls]")."""
+    try:
+        r = subprocess.run([str(binary), "-V"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return set(r.stdout.split()) if r.returncode == 0 else set()
+
+
+def _tls_flags() -> list:
+    """Compiler flags for a client that speaks TLS (OpenSSL), from pkg-config if there."""
+    try:
+        r = subprocess.run(
+            ["pkg-config", "--cflags", "--libs", "openssl"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if r.returncode == 0 and r.stdout.strip():
+            return ["-DECHO_TLS", *r.stdout.split()]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return ["-DECHO_TLS", "-lssl", "-lcrypto"]
+
+
+def ensure_client(args):
+    """(path, modes) of a compiled echo_client no older than its source; builds it if
+    needed (into bench/results/, or a temporary directory if that is not writable).
+    It is built with TLS (OpenSSL) when the headers are there, else without (the tls
+    kind then fails with a note saying so)."""
+    want_tls = "tls" in args.kinds
     if args.client:
-        return args.client
+        return args.client, _client_modes(args.client)
     src_mtime = CLIENT_SRC.stat().st_mtime
     for d in (HERE / "results", None):
         if d is None:
             d = Path(tempfile.mkdtemp(prefix="rsloop-bench-"))
         binary = d / "echo_client"
         if binary.exists() and binary.stat().st_mtime >= src_mtime:
-            return str(binary)
+            modes = _client_modes(binary)
+            if "tcp" in modes and (not want_tls or "tls" in modes):
+                return str(binary), modes
         try:
             d.mkdir(parents=True, exist_ok=True)
-            cmd = [args.cc, "-O2", "-Wall", "-o", str(binary), str(CLIENT_SRC)]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            base = [args.cc, "-O2", "-Wall", "-o", str(binary), str(CLIENT_SRC)]
+            r = subprocess.run(base + _tls_flags(), capture_output=True, text=True, timeout=120)
+            if r.returncode != 0:
+                why = (r.stderr.strip().splitlines() or ["?"])[0]
+                print(
+                    f"# building the client with TLS failed ({why}); building it without: "
+                    "the tls kind needs OpenSSL's headers (Debian: libssl-dev)",
+                    file=sys.stderr,
+                )
+                r = subprocess.run(base, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.SubprocessError) as exc:
             print(f"# building the client in {d} failed: {exc}", file=sys.stderr)
             continue
         if r.returncode == 0:
-            print(f"# built {binary}", file=sys.stderr)
-            return str(binary)
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr}")
+            modes = _client_modes(binary)
+            print(f"# built {binary} ({' '.join(sorted(modes))})", file=sys.stderr)
+            return str(binary), modes
+        raise SystemExit(f"{' '.join(base)} failed:\n{r.stderr}")
     raise SystemExit("could not build bench/echo_client.c (see above)")
+
+
+# a throwaway TLS certificate --------------------------------------------------------------
+def make_tls_cert():
+    """(cert path, key path, None) of a fresh self-signed certificate for IP 127.0.0.1
+    (EC P-256, valid one day) in a temporary directory removed at exit, or (None, None,
+    why). Made with the openssl command line tool; nothing is written to the repo."""
+    tool = shutil.which("openssl")
+    if tool is None:
+        return None, None, "no openssl command to make a test certificate (Debian: openssl)"
+    d = tempfile.mkdtemp(prefix="rsloop-bench-tls-")
+    atexit.register(shutil.rmtree, d, True)
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    cmd = [
+        tool,
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        "-keyout",
+        key,
+        "-out",
+        cert,
+    ]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, None, f"openssl req failed: {exc}"
+    if r.returncode != 0:
+        return None, None, f"openssl req failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
+    return cert, key, None
 
 
 # child processes ------------------------------------------------------------------------
@@ -353,7 +439,17 @@ def measure(args, client, loop, kind, size):
         return {"skip": f"no interpreter for {loop} (see --help)"}
     if not os.path.exists(python):
         return {"skip": f"interpreter {python} not found"}
+    if kind == "tls":
+        if args.tls_error:
+            return {"error": args.tls_error}
+        if "tls" not in args.client_modes:
+            return {
+                "error": "the client was built without TLS: install OpenSSL's headers "
+                "(Debian: libssl-dev) and re-run"
+            }
     server_cmd = [python, str(HERE / "_net_server.py"), loop, kind]
+    if kind == "tls":
+        server_cmd += [args.tls_cert, args.tls_key]
     server, server_err = _spawn(
         server_cmd,
         env=env,
@@ -381,7 +477,7 @@ def measure(args, client, loop, kind, size):
         client_cmd = [
             client,
             "-m",
-            "udp" if kind == "udp" else "tcp",
+            kind if kind in ("udp", "tls") else "tcp",
             "-p",
             str(port),
             "-c",
@@ -397,6 +493,8 @@ def measure(args, client, loop, kind, size):
             "-S",
             str(STALL_S),
         ]
+        if kind == "tls":
+            client_cmd += ["-C", args.tls_cert]  # verify the server's certificate
         client_proc, client_err = _spawn(client_cmd, cpu=1 if args.pin else None)
         cout = Lines(client_proc)
         line = cout.readline(args.warmup + STALL_S + 10)
@@ -472,6 +570,7 @@ def measure(args, client, loop, kind, size):
             "lost": res.get("lost", 0),
             "late": res.get("late", 0),
             "warmup_requests": res.get("warmup_requests"),
+            "tls": res.get("tls") or None,
             "python": bye.get("python"),
             "info": bye.get("info", {}),
         }
@@ -508,7 +607,8 @@ def _server_verdict(server, out, server_err, client_why):
 def cases(args):
     out = []
     for kind in args.kinds:
-        for size in args.udp_sizes if kind == "udp" else args.sizes:
+        sizes = {"udp": args.udp_sizes, "tls": args.tls_sizes}.get(kind, args.sizes)
+        for size in sizes:
             out.append((kind, size))
     return out
 
@@ -690,7 +790,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     atexit.register(_kill_all)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    client = ensure_client(args)
+    client, args.client_modes = ensure_client(args)
+    args.tls_cert = args.tls_key = args.tls_error = None
+    if "tls" in args.kinds:
+        args.tls_cert, args.tls_key, args.tls_error = make_tls_cert()
+        if args.tls_error:
+            print(f"# tls kind: {args.tls_error}", file=sys.stderr)
     case_list = cases(args)
     samples: dict = {}
     skipped: dict = {}  # loop -> why (not installed)
@@ -762,6 +867,8 @@ def main(argv=None) -> int:
         "connections": args.connections,
         "sizes": args.sizes,
         "udp_sizes": args.udp_sizes,
+        "tls_sizes": args.tls_sizes,
+        "tls": next((r["tls"] for runs in samples.values() for r in runs if r.get("tls")), None),
         "udp_timeout_ms": args.udp_timeout_ms,
         "kinds": args.kinds,
         "pin": args.pin,
@@ -811,6 +918,12 @@ def main(argv=None) -> int:
         notes.append(f"- {lp}: skipped ({why})")
     print()
     print("Loops:\n" + "\n".join(notes))
+    if meta["tls"]:
+        print(
+            f"\nTLS: {meta['tls']} (what the client negotiated with the servers' "
+            "ssl.create_default_context(Purpose.CLIENT_AUTH); a self-signed EC P-256 "
+            "certificate the client verifies)."
+        )
     others_med = meta["others_cpu_util_median"]
     busy = (
         f" Other processes used {_pct(others_med)} of a CPU (median over the runs): "

@@ -45,6 +45,7 @@ ALL_LOOPS = [
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
 OURS = ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-multishot", "rsloop-ringsend")
 NOT_INSTALLED = 3
+UNSUPPORTED = 4  # exit code of _child.py: the loop lacks an API the workload needs
 CHILD_TIMEOUT = 120.0  # seconds; every child is killed past this
 
 
@@ -160,7 +161,8 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
 
 
 def run_child(args, loop, workload, n, warm):
-    """One measurement: dict with the child's JSON, or {'skip': why} / {'error': why}."""
+    """One measurement: dict with the child's JSON, or {'skip': why} (loop not
+    installed), {'unsupported': why} (loop lacks the API) or {'error': why}."""
     cmd, env = child_command(args, loop, workload, n, warm)
     if cmd[0] is None:
         return {"skip": f"no interpreter for {loop} (see --help)"}
@@ -185,6 +187,8 @@ def run_child(args, loop, workload, n, warm):
         data = {}
     if proc.returncode == NOT_INSTALLED:
         return {"skip": data.get("skip", "not installed")}
+    if proc.returncode == UNSUPPORTED and "unsupported" in data:
+        return {"unsupported": data["unsupported"]}
     if proc.returncode != 0 or "ops_per_s" not in data:
         tail = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
         return {"error": f"exit {proc.returncode}: {tail}"}
@@ -217,7 +221,8 @@ def summarize(loops, workloads, samples, metric="wall"):
             ok = [r for r in runs if "ops_per_s" in r]
             if not ok:
                 why = next((r.get("skip") or r.get("error") for r in runs), "not run")
-                row[lp] = {"missing": why}
+                na = next((r["unsupported"] for r in runs if "unsupported" in r), None)
+                row[lp] = {"missing": f"n/a ({na})" if na else why, "unsupported": bool(na)}
                 continue
             rates = sorted(r[key] for r in ok)
             med = statistics.median(rates)
@@ -255,8 +260,20 @@ def summarize(loops, workloads, samples, metric="wall"):
     return table
 
 
+def _shown(loops, table) -> list:
+    """Loops with a figure or an n/a (unsupported) in at least one workload."""
+    return [
+        lp
+        for lp in loops
+        if any(
+            "median_ops_per_s" in table[w]["loops"][lp] or table[w]["loops"][lp].get("unsupported")
+            for w in table
+        )
+    ]
+
+
 def summary_table(loops, table, meta, metric) -> list:
-    shown = [lp for lp in loops if any("median_ops_per_s" in table[w]["loops"][lp] for w in table)]
+    shown = _shown(loops, table)
     unit = "ops per CPU second of the child" if metric == "cpu" else "ops/s (wall clock)"
     out = [
         f"Core loop workloads: {unit}, median of {meta['repeat']} processes per cell "
@@ -269,7 +286,9 @@ def summary_table(loops, table, meta, metric) -> list:
         cells = []
         for lp in shown:
             s = t["loops"][lp]
-            if "median_ops_per_s" not in s:
+            if s.get("unsupported"):
+                cells.append("n/a")
+            elif "median_ops_per_s" not in s:
                 cells.append("–")
             else:
                 cells.append(f"{fmt_rate(s['median_ops_per_s'])} ({s.get('vs_asyncio', 0):.2f}×)")
@@ -280,7 +299,7 @@ def summary_table(loops, table, meta, metric) -> list:
 
 
 def markdown(loops, table, meta, other=None) -> str:
-    shown = [lp for lp in loops if any("median_ops_per_s" in table[w]["loops"][lp] for w in table)]
+    shown = _shown(loops, table)
     out = summary_table(loops, table, meta, meta["metric"])
     if other is not None:
         out.append("")
@@ -320,6 +339,7 @@ def main(argv=None) -> int:
     sizes = {wl: max(1, int(WORKLOADS[wl][col] * args.scale)) for wl in args.workloads}
     samples: dict = {}
     skipped: dict = {}
+    unsupported: set = set()  # (loop, workload): the loop lacks the API; not tried again
     infos: dict = {}
     t_start = time.time()
     load_start = _loadavg()
@@ -334,13 +354,17 @@ def main(argv=None) -> int:
             n = sizes[wl]
             warm = 0 if args.no_warmup else max(1, n // 10)
             for lp in args.loops:  # interleaved: A B C A B C
-                if lp in skipped:
+                if lp in skipped or (lp, wl) in unsupported:
                     continue
                 r = run_child(args, lp, wl, n, warm)
                 samples.setdefault((lp, wl), []).append(r)
                 if "skip" in r:
                     skipped[lp] = r["skip"]
                     print(f"# skipping {lp}: {r['skip']}", file=log)
+                    continue
+                if "unsupported" in r:
+                    unsupported.add((lp, wl))
+                    print(f"# {lp} {wl}: n/a ({r['unsupported']})", file=log)
                     continue
                 if "error" in r:
                     print(f"# {lp} {wl} rep {rep}: ERROR {r['error']}", file=log)

@@ -9,7 +9,9 @@ loudly instead of looking fast.
 
 This module is imported by ``bench/_child.py`` in a fresh interpreter per measurement;
 it uses only the public asyncio loop API, so it runs on any loop (and on any Python
->= 3.8, since the ``pypi-rsloop`` column may run under another interpreter).
+>= 3.8, since the ``pypi-rsloop`` column may run under another interpreter). A loop
+that lacks an API a workload needs raises NotImplementedError (or AttributeError); the
+child reports it as unsupported, not as a failure.
 """
 
 from __future__ import annotations
@@ -253,6 +255,60 @@ def call_soon_threadsafe(loop, n):
     return n, dt
 
 
+# 8. subprocess spawn and wait -------------------------------------------------------------
+TRUE = "/bin/true"
+ECHO = "/bin/echo"
+
+
+def subprocess_wait(loop, n):
+    """``n`` times, one after the other: ``proc = await
+    asyncio.create_subprocess_exec('/bin/true')``, ``await proc.wait()``. Measures the
+    loop's child-process path: the spawn (fork/vfork + exec in the loop's process), the
+    subprocess transport and how the loop learns of the exit (SIGCHLD, a pidfd, or, in
+    stdlib asyncio before 3.12, a thread per child). ops = processes; each must exit 0.
+    The children's own CPU time is not in the CPU-time figure."""
+
+    async def main():
+        create = asyncio.create_subprocess_exec
+        ok = 0
+        for _ in range(n):
+            proc = await create(TRUE)
+            if await proc.wait() == 0:
+                ok += 1
+        return ok
+
+    t0 = _start()
+    ok = loop.run_until_complete(main())
+    dt = _stop(t0)
+    if ok != n:
+        raise AssertionError(f"subprocess_wait: {n - ok} of {n} children did not exit 0")
+    return n, dt
+
+
+def subprocess_communicate(loop, n):
+    """As subprocess_wait with ``/bin/echo hello``, ``stdout=PIPE`` and ``await
+    proc.communicate()``: adds a pipe, its read transport, reading to EOF and the
+    ordering of pipe close and process exit. Every output must be ``b"hello\\n"``."""
+    pipe = asyncio.subprocess.PIPE
+
+    async def main():
+        create = asyncio.create_subprocess_exec
+        ok = 0
+        for _ in range(n):
+            proc = await create(ECHO, "hello", stdout=pipe)
+            out, _ = await proc.communicate()
+            if out == b"hello\n" and proc.returncode == 0:
+                ok += 1
+        return ok
+
+    t0 = _start()
+    ok = loop.run_until_complete(main())
+    dt = _stop(t0)
+    if ok != n:
+        raise AssertionError(f"subprocess_communicate: {n - ok} of {n} children failed")
+    return n, dt
+
+
 # name -> (function, full size, quick size). Sizes aim at ~0.3-1 s on stdlib asyncio
 # on the project's 2-core machine (see bench/README.md).
 WORKLOADS = {
@@ -263,4 +319,6 @@ WORKLOADS = {
     "gather_tasks": (gather_tasks, 60_000, 15_000),
     "future_pingpong": (future_pingpong, 50_000, 12_000),
     "call_soon_threadsafe": (call_soon_threadsafe, 100_000, 25_000),
+    "subprocess_wait": (subprocess_wait, 500, 150),
+    "subprocess_communicate": (subprocess_communicate, 500, 150),
 }
