@@ -16,7 +16,7 @@ import nox
 ROOT = Path(__file__).parent
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 BACKENDS = ["uring", "poll"]
-TEST_DEPS = ["pytest>=8", "pytest-timeout", "hypothesis>=6"]
+TEST_DEPS = ["pytest>=8", "pytest-timeout", "hypothesis>=6", "cryptography"]
 CROSS_TARGETS = ["x86_64-apple-darwin", "aarch64-apple-darwin", "x86_64-pc-windows-msvc"]
 
 nox.options.sessions = ["lint", "typing", "rust", "tests", "conformance"]
