@@ -21,6 +21,16 @@ import sys
 
 import workloads
 
+# rsloop builds and switches (bench/run.py's OURS)
+OURS = (
+    "rsloop",
+    "rsloop-poll",
+    "rsloop-nostats",
+    "rsloop-mimalloc",
+    "rsloop-multishot",
+    "rsloop-ringsend",
+)
+
 NOT_INSTALLED = 3
 UNSUPPORTED = 4
 MISSING_API = (NotImplementedError, AttributeError)
@@ -68,7 +78,7 @@ def make_loop(name: str):
 
         info["version"] = rloop.__version__
         loop = rloop.new_event_loop()
-    elif name in ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-multishot", "rsloop-ringsend"):
+    elif name in OURS:
         import rsloop
 
         if name == "rsloop-poll" and os.environ.get("RSLOOP_BACKEND") != "poll":
@@ -144,7 +154,7 @@ def main() -> int:
         asyncio.set_event_loop(None)
     peak_kib = _peak_rss_kib()
     # Only after measuring: importlib.metadata alone adds ~2-3 MiB of RSS.
-    if loop_name in ("rsloop", "rsloop-poll", "rsloop-nostats", "pypi-rsloop"):
+    if loop_name in ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-mimalloc", "pypi-rsloop"):
         info["installed_from"] = _installed_from("rsloop")
     out = {
         "loop": loop_name,

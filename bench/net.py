@@ -163,6 +163,7 @@ def parse_args(argv=None):
         "--python", default=sys.executable, help="interpreter of the servers (default: this one)"
     )
     p.add_argument("--nostats-python", default=None, help="as for bench/run.py")
+    p.add_argument("--mimalloc-python", default=None, help="as for bench/run.py")
     p.add_argument(
         "--pypi-rsloop-python",
         default=None,
@@ -212,6 +213,10 @@ def parse_args(argv=None):
         guess = HERE.parent / ".venv-nostats" / "bin" / "python"
         if guess.exists():
             a.nostats_python = str(guess)
+    if a.mimalloc_python is None:
+        guess = HERE.parent / ".venv-mimalloc" / "bin" / "python"
+        if guess.exists():
+            a.mimalloc_python = str(guess)
     if a.pypi_rsloop_python is None:
         guess = HERE.parent / ".venv-pypi-rsloop" / "bin" / "python"
         if guess.exists():
@@ -719,7 +724,10 @@ def rate_table(loops, table, title) -> list:
                 cells.append(_cell_missing(s["missing"]))
             else:
                 fail = f", {s['n_failed']} failed" if s["n_failed"] else ""
-                cells.append(f"{fmt_rate(s['rate'])} ({s.get('vs_best_peer', 0):.2f}×{fail})")
+                ratio = s.get("vs_best_peer")
+                # No peer in the run (e.g. only rsloop builds compared): no ratio to show.
+                shown = f"{ratio:.2f}×" if ratio is not None else "–"
+                cells.append(f"{fmt_rate(s['rate'])} ({shown}{fail})")
         cells.append(t["best_peer"] or "–")
         out.append(f"| {kind} | {fmt_size(size)} | " + " | ".join(cells) + " |")
     return out

@@ -39,11 +39,19 @@ ALL_LOOPS = [
     "rsloop-poll",
     "pypi-rsloop",
     "rsloop-nostats",
+    "rsloop-mimalloc",
     "rsloop-multishot",
     "rsloop-ringsend",
 ]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
-OURS = ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-multishot", "rsloop-ringsend")
+OURS = (
+    "rsloop",
+    "rsloop-poll",
+    "rsloop-nostats",
+    "rsloop-mimalloc",
+    "rsloop-multishot",
+    "rsloop-ringsend",
+)
 NOT_INSTALLED = 3
 UNSUPPORTED = 4  # exit code of _child.py: the loop lacks an API the workload needs
 CHILD_TIMEOUT = 120.0  # seconds; every child is killed past this
@@ -89,6 +97,13 @@ def parse_args(argv=None):
         "the repo, if present): what the loop.stats() counters cost",
     )
     p.add_argument(
+        "--mimalloc-python",
+        default=None,
+        help="interpreter of a venv holding an rsloop wheel built with the `mimalloc` "
+        "feature, for the loop `rsloop-mimalloc` (default: .venv-mimalloc/bin/python beside "
+        "the repo, if present)",
+    )
+    p.add_argument(
         "--pypi-rsloop-python",
         default=None,
         metavar="PATH",
@@ -128,6 +143,10 @@ def parse_args(argv=None):
         guess = HERE.parent / ".venv-nostats" / "bin" / "python"
         if guess.exists():
             a.nostats_python = str(guess)
+    if a.mimalloc_python is None:
+        guess = HERE.parent / ".venv-mimalloc" / "bin" / "python"
+        if guess.exists():
+            a.mimalloc_python = str(guess)
     if a.pypi_rsloop_python is None:
         guess = HERE.parent / ".venv-pypi-rsloop" / "bin" / "python"
         if guess.exists():
@@ -157,6 +176,8 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
         python = args.pypi_rsloop_python
     elif loop == "rsloop-nostats":
         python = args.nostats_python
+    elif loop == "rsloop-mimalloc":
+        python = args.mimalloc_python
     return [python, str(HERE / "_child.py"), loop, workload, str(n), str(warm)], env
 
 

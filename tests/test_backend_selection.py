@@ -250,3 +250,43 @@ def test_forked_child_keeps_inherited_watchers(choice):
         pytest.skip(proc.stderr.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0"
+
+
+@native
+def test_python_m_rsloop_reports_backends():
+    proc = subprocess.run(
+        [sys.executable, "-m", "rsloop"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith(f"rsloop {rsloop.__version__}\n")
+    assert "backend poll: works" in out
+    assert "backend asyncio: works" in out
+    assert "RSLOOP_BACKEND=auto: new loops run on " in out
+
+
+@native
+@linux_uring
+def test_python_m_rsloop_says_why_io_uring_is_refused():
+    proc = run_py(
+        SECCOMP_PRELUDE
+        + """
+refuse_io_uring(E.EPERM)
+import runpy, sys
+sys.argv = ["rsloop"]
+try:
+    runpy.run_module("rsloop", run_name="__main__")
+except SystemExit as exc:
+    print("exit", exc.code)
+"""
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    uring = next(line for line in lines if line.startswith("backend uring: "))
+    assert "EPERM" in uring
+    assert "backend poll: works" in lines
+    assert any(
+        line.startswith("RSLOOP_BACKEND=auto: new loops run on poll (") and "EPERM" in line
+        for line in lines
+    ), lines
+    assert lines[-1] == "exit 0"

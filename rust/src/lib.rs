@@ -12,6 +12,12 @@ pub mod transports;
 
 use pyo3::prelude::*;
 
+/// Opt-in (`--features mimalloc`): Rust-side allocations (queues, write buffers, ops) from
+/// mimalloc instead of the system allocator. Off by default; see docs/performance.md.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The private native module, re-exported by the `rsloop` package.
 #[pymodule]
 fn _rsloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
