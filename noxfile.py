@@ -16,7 +16,19 @@ import nox
 ROOT = Path(__file__).parent
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 BACKENDS = ["uring", "poll"]
-TEST_DEPS = ["pytest>=8", "pytest-timeout", "hypothesis>=6", "cryptography"]
+TEST_DEPS = [
+    "pytest>=8",
+    "pytest-timeout",
+    "hypothesis>=6",
+    "cryptography",  # tests/test_tls.py makes its certificates
+    # tests/test_ecosystem.py: rsloop under the libraries people use it with
+    "pytest-asyncio>=1.4",
+    "anyio>=4",
+    "uvicorn>=0.36",
+    "fastapi",
+    "httpx",
+    "websockets>=13",
+]
 CROSS_TARGETS = ["x86_64-apple-darwin", "aarch64-apple-darwin", "x86_64-pc-windows-msvc"]
 
 nox.options.sessions = ["lint", "typing", "rust", "tests", "conformance"]

@@ -25,6 +25,8 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
+pytest_plugins = ("pytester",)  # tests/test_ecosystem.py runs inner pytest sessions
+
 BACKENDS = ("uring", "poll", "fallback", "asyncio")
 
 
