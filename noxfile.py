@@ -202,7 +202,7 @@ def lint(session: nox.Session) -> None:
 def typing(session: nox.Session) -> None:
     """mypy on the package and stubtest of the native module's .pyi."""
     _build(session)
-    session.install("mypy", "typing_extensions")
+    session.install("mypy", "typing_extensions", "pytest")  # rsloop/pytest_plugin.py imports pytest
     session.run("mypy", "rsloop")
     session.run("python", "-m", "mypy.stubtest", "rsloop._rsloop")
 
