@@ -316,3 +316,27 @@ def test_bad_input(loop, call, exc):
             await call()
 
     run(loop, main())
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="process_group is 3.11+")
+def test_process_group(loop):
+    async def main():
+        proc = await asyncio.create_subprocess_exec(
+            PY, "-c", "import os; print(os.getpgid(0) == os.getpid())", stdout=PIPE, process_group=0
+        )
+        out, _ = await proc.communicate()
+        return out
+
+    assert run(loop, main()) == b"True\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
+def test_user_and_group(loop):
+    async def main():
+        proc = await asyncio.create_subprocess_exec(
+            "id", "-u", stdout=PIPE, user=65534, group=65534, extra_groups=[]
+        )
+        out, _ = await proc.communicate()
+        return out.strip(), proc.returncode
+
+    assert run(loop, main()) == (b"65534", 0)
