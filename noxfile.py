@@ -216,6 +216,14 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def demo(session: nox.Session) -> None:
+    """The main job: FastAPI served by uvicorn on asyncio, uvloop and rsloop, loaded by wrk."""
+    _build(session, release=True)
+    session.install("uvloop", "uvicorn[standard]>=0.36", "fastapi", "matplotlib")
+    session.run("python", "demo/serve_bench.py", *session.posargs)
+
+
+@nox.session(python="3.11")
 def bench_net(session: nox.Session) -> None:
     """Release build, peers installed, the network echo benchmark (C load client; Linux)."""
     _build(session, release=True)

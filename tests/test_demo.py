@@ -30,3 +30,57 @@ def test_basics_demo_runs(backend):
     assert "callbacks ran: ['soon', 'later']" in out
     assert "gathered: [0, 1, 4, 9, 16]" in out
     assert "fd watcher read: b'hello from a socketpair'" in out
+
+
+WRK_OUTPUT = """Running 5s test @ http://127.0.0.1:8000/json
+  1 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     6.20ms    1.02ms  30.33ms   92.55%
+    Req/Sec    10.32k   412.04    10.91k    88.00%
+  Latency Distribution
+     50%    6.06ms
+     75%    6.36ms
+     90%    6.87ms
+     99%    1.02s
+  51384 requests in 5.00s, 9.71MB read
+Requests/sec:  10270.55
+Transfer/sec:      1.94MB
+"""
+
+
+def test_serve_bench_parses_wrk():
+    sys.path.insert(0, str(DEMO))
+    try:
+        import serve_bench
+    finally:
+        sys.path.remove(str(DEMO))
+    got = serve_bench.parse_wrk(WRK_OUTPUT)
+    assert got == {
+        "rps": 10270.55,
+        "p50_ms": 6.06,
+        "p99_ms": 1020.0,
+        "non_2xx": 0,
+        "socket_errors": None,
+    }
+
+
+def test_serve_bench_end_to_end(tmp_path):
+    import shutil
+
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("fastapi")
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk not installed (the demo session installs it)")
+    proc = subprocess.run(
+        [
+            sys.executable, str(DEMO / "serve_bench.py"), "--loops", "rsloop,asyncio",
+            "--routes", "json", "--repeat", "1", "--duration", "1", "--warmup", "0",
+            "--no-chart",
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| /json |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["rsloop", "asyncio"]
+    for row in rows:
+        assert float(row.split("|")[3].replace(",", "")) > 0, row
