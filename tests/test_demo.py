@@ -84,3 +84,32 @@ def test_serve_bench_end_to_end(tmp_path):
     assert [row.split("|")[2].strip() for row in rows] == ["rsloop", "asyncio"]
     for row in rows:
         assert float(row.split("|")[3].replace(",", "")) > 0, row
+
+
+EXAMPLES = {
+    "sockets.py": [
+        "sock_recv: b'hello over a socket pair'",
+        "tcp echo: b'ping'",
+        "udp echo: b'DATAGRAM'",
+    ],
+    "streams.py": ["tcp: [b'A', b'BC']", "unix: [b'UNIX']", "accepted: b'accepted elsewhere'"],
+    "processes.py": [
+        "child said: [b'one', b'two'] exit 0",
+        "shell: b'SHOUTED'",
+        "pipe: b'through a pipe'",
+        "signal: SIGUSR1",
+    ],
+}
+
+
+@pytest.mark.parametrize("backend", ["uring", "poll", "asyncio"])
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_examples_run(example, backend):
+    env = {**os.environ, "RSLOOP_BACKEND": backend}
+    proc = subprocess.run(
+        [sys.executable, str(DEMO / example)], capture_output=True, text=True, env=env, timeout=60
+    )
+    if proc.returncode != 0 and "unavailable" in proc.stderr:
+        pytest.skip(proc.stderr.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"backend: {backend}", *EXAMPLES[example]]
