@@ -208,6 +208,13 @@ def typing(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs, strict: a broken link or a page outside nav fails)."""
+    session.install("mkdocs")
+    session.run("mkdocs", "build", "--strict")
+
+
+@nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Release build, peers (uvloop, rloop) installed, the benchmark table printed."""
     _build(session, release=True)
