@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -205,6 +206,43 @@ def typing(session: nox.Session) -> None:
     session.install("mypy", "typing_extensions", "pytest")  # rsloop/pytest_plugin.py imports pytest
     session.run("mypy", "rsloop")
     session.run("python", "-m", "mypy.stubtest", "rsloop._rsloop")
+
+
+_SMOKE = """
+import asyncio, os, socket, sys
+import rsloop
+assert "site-packages" in rsloop.__file__, rsloop.__file__
+async def main():
+    loop = asyncio.get_running_loop()
+    a, b = socket.socketpair()
+    a.setblocking(False); b.setblocking(False)
+    await loop.sock_sendall(a, b"ok")
+    return await loop.sock_recv(b, 2), rsloop.backend().name
+print(sys.version.split()[0], rsloop.__version__, rsloop.run(main()))
+"""
+
+
+@nox.session(python=PYTHONS)
+def package(session: nox.Session) -> None:
+    """Release wheel (and, on 3.11, the sdist built as pip would): installed in this fresh
+    venv and imported from outside the source tree."""
+    session.install("maturin>=1.9,<2")
+    dist = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("maturin", "build", "--release", "-q", "-i", "python", "-o", str(dist))
+    session.install("--force-reinstall", "--no-deps", *glob.glob(str(dist / "rsloop-*.whl")))
+    with session.chdir(dist):
+        session.run("python", "-c", _SMOKE)
+    if session.python == "3.11":
+        session.run("maturin", "sdist", "-o", str(dist / "sdist"))
+        (sdist,) = glob.glob(str(dist / "sdist" / "rsloop-*.tar.gz"))
+        session.run(
+            "python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist / "from-sdist"), sdist
+        )
+        wheel = glob.glob(str(dist / "from-sdist" / "rsloop-*.whl"))
+        session.install("--force-reinstall", "--no-deps", *wheel)
+        with session.chdir(dist):
+            session.run("python", "-c", _SMOKE)
 
 
 @nox.session(python="3.11")
