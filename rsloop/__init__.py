@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from . import _backend
+from ._profile import profile, start_profile, stop_profile
 from ._runner import new_event_loop, run
 
 __version__ = "0.1.0"
@@ -22,6 +23,9 @@ __all__ = (
     "backend",
     "new_event_loop",
     "run",
+    "profile",
+    "start_profile",
+    "stop_profile",
     "__version__",
 )
 
