@@ -246,6 +246,23 @@ def package(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def stress(session: nox.Session) -> None:
+    """Load and lifetime stress on uring and poll (release build), then again under
+    PYTHONASYNCIODEBUG=1 and -X dev; results in docs/reliability.md."""
+    _build(session, release=True)
+    scripts = ["stress/echo_load.py", "stress/threadsafe.py", "stress/lifetimes.py"]
+    for backend in ("uring", "poll"):
+        for script in scripts:
+            session.run("python", script, "--backend", backend, *session.posargs)
+    debug = {"PYTHONASYNCIODEBUG": "1"}
+    for backend in ("uring", "poll"):
+        session.run("python", "-X", "dev", "stress/echo_load.py", "--backend", backend,
+                    "--connections", "2000", env=debug)  # fmt: skip
+        session.run("python", "-X", "dev", "stress/threadsafe.py", "--backend", backend,
+                    "--total", "200000", env=debug)  # fmt: skip
+
+
+@nox.session(python="3.11")
 def docs(session: nox.Session) -> None:
     """The documentation site (mkdocs, strict: a broken link or a page outside nav fails)."""
     session.install("mkdocs")
