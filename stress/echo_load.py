@@ -105,6 +105,11 @@ def serve(backend: str, backlog: int) -> None:
         print(json.dumps({"port": port, "backend": rsloop.backend().name}), flush=True)
         # The parent closes our stdin when it is done.
         await loop.run_in_executor(None, sys.stdin.read)
+        # The clients have closed every connection; let their EOFs arrive before the
+        # loop closes (a transport still open at close warns, as with asyncio).
+        deadline = loop.time() + 30
+        while state["open"] and loop.time() < deadline:
+            await asyncio.sleep(0.01)
         server.close()
         await server.wait_closed()
         import gc
