@@ -115,3 +115,105 @@ def test_loops_closed_with_open_connections_release_their_buffers(monkeypatch):
         gc.collect()
         grown = _rss_kib() - before
     assert grown < 20 * 1024, f"RSS grew by {grown} KiB over 40 loops"
+
+
+# ----- loops and threads -----
+
+
+async def _round_trips(count: int = 20) -> int:
+    """Socket round trips, timers and a task: the kinds of work a loop's driver serves."""
+    import asyncio
+    import socket
+
+    loop = asyncio.get_running_loop()
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    got = 0
+    try:
+        for i in range(count):
+            await loop.sock_sendall(a, bytes([i]))
+            got += len(await loop.sock_recv(b, 1))
+            await asyncio.sleep(0.001 if i % 5 == 0 else 0)
+        return got + await asyncio.create_task(asyncio.sleep(0, result=0))
+    finally:
+        a.close()
+        b.close()
+
+
+def _in_thread(fn):
+    import threading
+
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box["error"] = exc
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "thread hung"
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def test_loop_created_on_one_thread_runs_on_another(loop):
+    assert _in_thread(lambda: loop.run_until_complete(_round_trips())) == 20
+
+
+def test_loop_moved_between_threads(loop):
+    # Run here, then on another thread, then here again: each run serves its I/O.
+    assert loop.run_until_complete(_round_trips()) == 20
+    assert _in_thread(lambda: loop.run_until_complete(_round_trips())) == 20
+    assert loop.run_until_complete(_round_trips()) == 20
+
+
+def test_several_loops_in_several_threads_at_once(loop_kind):
+    import threading
+
+    from conftest import make_loop
+
+    results = []
+    errors = []
+    start = threading.Barrier(4)
+
+    loops = [make_loop(loop_kind) for _ in range(4)]  # made here, each run on its own thread
+
+    def worker(lp):
+        try:
+            start.wait(10)
+            results.append(lp.run_until_complete(_round_trips(50)))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            lp.close()
+
+    threads = [threading.Thread(target=worker, args=(lp,)) for lp in loops]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert results == [50] * 4
+
+
+def test_transport_left_open_warns_when_collected(loop):
+    import asyncio
+    import socket
+
+    a, b = socket.socketpair()
+
+    async def main():
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, a)
+        return weakref.ref(transport)
+
+    ref = loop.run_until_complete(main())
+    loop.close()
+    with pytest.warns(ResourceWarning, match="unclosed transport"):
+        gc.collect()
+    assert ref() is None
+    b.close()
