@@ -250,7 +250,12 @@ def stress(session: nox.Session) -> None:
     """Load and lifetime stress on uring and poll (release build), then again under
     PYTHONASYNCIODEBUG=1 and -X dev; results in docs/reliability.md."""
     _build(session, release=True)
-    scripts = ["stress/echo_load.py", "stress/threadsafe.py", "stress/lifetimes.py"]
+    scripts = [
+        "stress/echo_load.py",
+        "stress/threadsafe.py",
+        "stress/lifetimes.py",
+        "stress/faults.py",
+    ]
     for backend in ("uring", "poll"):
         for script in scripts:
             session.run("python", script, "--backend", backend, *session.posargs)
