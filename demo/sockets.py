@@ -52,16 +52,21 @@ async def main() -> None:
     server.close()
     await server.wait_closed()
 
-    # 3. UDP: a datagram endpoint that answers in upper case.
-    transport, _ = await loop.create_datagram_endpoint(UdpEcho, local_addr=("127.0.0.1", 0))
-    addr = transport.get_extra_info("sockname")
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.setblocking(False)
-    await loop.sock_sendto(udp, b"datagram", addr)
-    data, _ = await loop.sock_recvfrom(udp, 100)
-    print("udp echo:", data)
-    udp.close()
-    transport.close()
+    # 3. UDP: a datagram endpoint that answers in upper case, and one that asks.
+    server_tr, _ = await loop.create_datagram_endpoint(UdpEcho, local_addr=("127.0.0.1", 0))
+    reply = loop.create_future()
+
+    class Asker(asyncio.DatagramProtocol):
+        def datagram_received(self, data, addr):
+            reply.set_result(data)
+
+    client_tr, _ = await loop.create_datagram_endpoint(
+        Asker, remote_addr=server_tr.get_extra_info("sockname")
+    )
+    client_tr.sendto(b"datagram")
+    print("udp echo:", await reply)
+    client_tr.close()
+    server_tr.close()
 
 
 if __name__ == "__main__":
