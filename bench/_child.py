@@ -20,16 +20,7 @@ import resource
 import sys
 
 import workloads
-
-# rsloop builds and switches (bench/run.py's OURS)
-OURS = (
-    "rsloop",
-    "rsloop-poll",
-    "rsloop-nostats",
-    "rsloop-mimalloc",
-    "rsloop-multishot",
-    "rsloop-ringsend",
-)
+from run import OURS  # rsloop builds and switches: one list
 
 NOT_INSTALLED = 3
 UNSUPPORTED = 4

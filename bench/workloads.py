@@ -268,21 +268,11 @@ def subprocess_wait(loop, n):
     stdlib asyncio before 3.12, a thread per child). ops = processes; each must exit 0.
     The children's own CPU time is not in the CPU-time figure."""
 
-    async def main():
-        create = asyncio.create_subprocess_exec
-        ok = 0
-        for _ in range(n):
-            proc = await create(TRUE)
-            if await proc.wait() == 0:
-                ok += 1
-        return ok
+    async def one() -> bool:
+        proc = await asyncio.create_subprocess_exec(TRUE)
+        return await proc.wait() == 0
 
-    t0 = _start()
-    ok = loop.run_until_complete(main())
-    dt = _stop(t0)
-    if ok != n:
-        raise AssertionError(f"subprocess_wait: {n - ok} of {n} children did not exit 0")
-    return n, dt
+    return _children(loop, "subprocess_wait", n, one)
 
 
 def subprocess_communicate(loop, n):
@@ -291,21 +281,28 @@ def subprocess_communicate(loop, n):
     ordering of pipe close and process exit. Every output must be ``b"hello\\n"``."""
     pipe = asyncio.subprocess.PIPE
 
+    async def one() -> bool:
+        proc = await asyncio.create_subprocess_exec(ECHO, "hello", stdout=pipe)
+        out, _ = await proc.communicate()
+        return out == b"hello\n" and proc.returncode == 0
+
+    return _children(loop, "subprocess_communicate", n, one)
+
+
+def _children(loop, name: str, n: int, one):
+    """Time ``n`` sequential ``await one()`` (one child each); every one must succeed."""
+
     async def main():
-        create = asyncio.create_subprocess_exec
         ok = 0
         for _ in range(n):
-            proc = await create(ECHO, "hello", stdout=pipe)
-            out, _ = await proc.communicate()
-            if out == b"hello\n" and proc.returncode == 0:
-                ok += 1
+            ok += await one()
         return ok
 
     t0 = _start()
     ok = loop.run_until_complete(main())
     dt = _stop(t0)
     if ok != n:
-        raise AssertionError(f"subprocess_communicate: {n - ok} of {n} children failed")
+        raise AssertionError(f"{name}: {n - ok} of {n} children failed")
     return n, dt
 
 
