@@ -7,6 +7,7 @@ sent: all of it, in order (or, after an abort, a prefix of it). Runs on every ba
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 
 import pytest
@@ -247,3 +248,52 @@ def test_write_refuses_what_is_not_bytes(loop, bad):
             await server.wait_closed()
 
     loop.run_until_complete(asyncio.wait_for(main(), WAIT_S))
+
+
+# ----- socket addresses: the native sockaddr conversion against the socket module's -----
+
+abstract_names = st.binary(min_size=1, max_size=100).map(lambda b: b"\0" + b)
+path_names = st.binary(min_size=1, max_size=60).filter(
+    lambda b: b"/" not in b and b"\0" not in b and b not in (b".", b"..")
+)
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="no AF_UNIX")
+@each_backend
+@given(names=st.lists(st.one_of(abstract_names, path_names), min_size=1, max_size=4, unique=True))
+def test_unix_datagram_addresses_match_the_socket_module(loop_kind, names, tmp_path_factory):
+    """Each datagram's sender address, as rsloop converts it from the kernel's sockaddr,
+    must equal what the socket module's own conversion gives for that socket."""
+    base = tmp_path_factory.mktemp("dgram")
+
+    async def main(loop):
+        got = []
+        done = loop.create_future()
+
+        class Receiver(asyncio.DatagramProtocol):
+            def datagram_received(self, data, addr):
+                got.append((data, addr))
+                if len(got) == len(names) and not done.done():
+                    done.set_result(None)
+
+        rx, _ = await loop.create_datagram_endpoint(
+            Receiver, local_addr="\0rsloop-rx-" + str(id(got)), family=socket.AF_UNIX
+        )
+        rx_addr = rx.get_extra_info("sockname")
+        senders, expected = [], []
+        try:
+            for i, name in enumerate(names):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                senders.append(s)
+                s.bind(name if name.startswith(b"\0") else os.path.join(bytes(base), name))
+                s.sendto(bytes([i]), rx_addr)
+                expected.append((bytes([i]), s.getsockname()))
+            await done
+        finally:
+            for s in senders:
+                s.close()
+            rx.close()
+        return got, expected
+
+    got, expected = with_loop(loop_kind, main)
+    assert got == expected
