@@ -515,7 +515,7 @@ def _steps(depth: int):
         st.tuples(st.just("threadsafe"), st.just(0), body),
         st.tuples(st.just("later"), st.just(0), DELAYS, body),
         st.tuples(st.just("at"), st.just(0), st.integers(0, 4), body),
-        st.tuples(st.just("at_special"), st.just(0), st.sampled_from(["nan", "-inf", "inf"]), body),
+        st.tuples(st.just("at_special"), st.just(0), st.sampled_from(SPECIAL_DEADLINES), body),
     )
     return st.one_of(
         schedule,
@@ -534,6 +534,13 @@ def _steps(depth: int):
         st.tuples(st.just("gather"), st.just(0), st.lists(IDX, min_size=1, max_size=3)),
         st.tuples(st.just("thread"), st.integers(1, 4)),
     )
+
+
+# NaN deadlines: asyncio up to 3.12 runs such a timer at once, as rsloop does on every
+# version; 3.13's selector loop raises ValueError out of run_forever when a NaN timer is
+# next with nothing ready (a documented difference, docs/compatibility.md), so there is no
+# reference trace to compare with.
+SPECIAL_DEADLINES = ["nan", "-inf", "inf"] if sys.version_info < (3, 13) else ["-inf", "inf"]
 
 
 def _step(depth: int):
