@@ -39,7 +39,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import ALL_LOOPS, DEFAULT_LOOPS, NOT_INSTALLED, OURS, _loadavg, child_command  # noqa: E402
+from run import (  # noqa: E402
+    ALL_LOOPS,
+    DEFAULT_LOOPS,
+    NOT_INSTALLED,
+    OURS,
+    _loadavg,
+    add_venv_options,
+    child_command,
+    resolve_venv_options,
+)
 
 KINDS = ["protocol", "streams", "sock", "udp", "tls"]
 TCP_KINDS = ("protocol", "streams", "sock", "tls")
@@ -162,15 +171,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--python", default=sys.executable, help="interpreter of the servers (default: this one)"
     )
-    p.add_argument("--nostats-python", default=None, help="as for bench/run.py")
-    p.add_argument("--mimalloc-python", default=None, help="as for bench/run.py")
-    p.add_argument(
-        "--pypi-rsloop-python",
-        default=None,
-        metavar="PATH",
-        help="interpreter of a venv holding the older PyPI package 'rsloop' "
-        "(default: .venv-pypi-rsloop/bin/python beside the repo, if present)",
-    )
+    add_venv_options(p)
     p.add_argument(
         "--cc", default=os.environ.get("CC", "cc"), help="C compiler (default $CC or cc)"
     )
@@ -209,18 +210,7 @@ def parse_args(argv=None):
         p.error("sizes must be >= 1 byte; UDP sizes in [8, 65507]")
     if a.connections < 1 or a.repeat < 1 or a.duration <= 0 or a.warmup < 0:
         p.error("--connections, --repeat and --duration must be positive")
-    if a.nostats_python is None:
-        guess = HERE.parent / ".venv-nostats" / "bin" / "python"
-        if guess.exists():
-            a.nostats_python = str(guess)
-    if a.mimalloc_python is None:
-        guess = HERE.parent / ".venv-mimalloc" / "bin" / "python"
-        if guess.exists():
-            a.mimalloc_python = str(guess)
-    if a.pypi_rsloop_python is None:
-        guess = HERE.parent / ".venv-pypi-rsloop" / "bin" / "python"
-        if guess.exists():
-            a.pypi_rsloop_python = str(guess)
+    resolve_venv_options(a)
     return a
 
 

@@ -42,6 +42,7 @@ ALL_LOOPS = [
     "rsloop-mimalloc",
     "rsloop-multishot",
     "rsloop-ringsend",
+    "rsloop-base",
 ]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
 OURS = (
@@ -51,7 +52,32 @@ OURS = (
     "rsloop-mimalloc",
     "rsloop-multishot",
     "rsloop-ringsend",
+    "rsloop-base",
 )
+# Loops whose children run another venv's interpreter: loop -> (option, venv beside the
+# repo used when the option is not given, what that venv holds).
+VENV_LOOPS = {
+    "pypi-rsloop": (
+        "--pypi-rsloop-python",
+        ".venv-pypi-rsloop",
+        "the older PyPI package 'rsloop'",
+    ),
+    "rsloop-nostats": (
+        "--nostats-python",
+        ".venv-nostats",
+        "an rsloop wheel built without the `stats` feature (what loop.stats() costs)",
+    ),
+    "rsloop-mimalloc": (
+        "--mimalloc-python",
+        ".venv-mimalloc",
+        "an rsloop wheel built with the `mimalloc` feature",
+    ),
+    "rsloop-base": (
+        "--base-python",
+        ".venv-base",
+        "another rsloop build (say, the commit before a change): an interleaved A/B",
+    ),
+}
 NOT_INSTALLED = 3
 UNSUPPORTED = 4  # exit code of _child.py: the loop lacks an API the workload needs
 CHILD_TIMEOUT = 120.0  # seconds; every child is killed past this
@@ -89,27 +115,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--python", default=sys.executable, help="interpreter for the children (default: this one)"
     )
-    p.add_argument(
-        "--nostats-python",
-        default=None,
-        help="interpreter of a venv holding an rsloop wheel built without the `stats` "
-        "feature, for the loop `rsloop-nostats` (default: .venv-nostats/bin/python beside "
-        "the repo, if present): what the loop.stats() counters cost",
-    )
-    p.add_argument(
-        "--mimalloc-python",
-        default=None,
-        help="interpreter of a venv holding an rsloop wheel built with the `mimalloc` "
-        "feature, for the loop `rsloop-mimalloc` (default: .venv-mimalloc/bin/python beside "
-        "the repo, if present)",
-    )
-    p.add_argument(
-        "--pypi-rsloop-python",
-        default=None,
-        metavar="PATH",
-        help="interpreter of a venv holding the older PyPI package 'rsloop' "
-        "(default: .venv-pypi-rsloop/bin/python beside the repo, if present)",
-    )
+    add_venv_options(p)
     p.add_argument(
         "--metric",
         choices=("wall", "cpu"),
@@ -139,19 +145,33 @@ def parse_args(argv=None):
     for x in a.workloads:
         if x not in WORKLOADS:
             p.error(f"unknown workload {x!r}; choose from {', '.join(WORKLOADS)}")
-    if a.nostats_python is None:
-        guess = HERE.parent / ".venv-nostats" / "bin" / "python"
-        if guess.exists():
-            a.nostats_python = str(guess)
-    if a.mimalloc_python is None:
-        guess = HERE.parent / ".venv-mimalloc" / "bin" / "python"
-        if guess.exists():
-            a.mimalloc_python = str(guess)
-    if a.pypi_rsloop_python is None:
-        guess = HERE.parent / ".venv-pypi-rsloop" / "bin" / "python"
-        if guess.exists():
-            a.pypi_rsloop_python = str(guess)
+    resolve_venv_options(a)
     return a
+
+
+def _venv_attr(option: str) -> str:
+    return option[2:].replace("-", "_")
+
+
+def add_venv_options(p) -> None:
+    """One ``--X-python PATH`` option per loop of VENV_LOOPS."""
+    for loop, (option, venv, holds) in VENV_LOOPS.items():
+        p.add_argument(
+            option,
+            default=None,
+            metavar="PATH",
+            help=f"interpreter of a venv holding {holds}, for the loop `{loop}` "
+            f"(default: {venv}/bin/python beside the repo, if present)",
+        )
+
+
+def resolve_venv_options(a) -> None:
+    """Fill the VENV_LOOPS options not given from the venvs beside the repo."""
+    for option, venv, _ in VENV_LOOPS.values():
+        attr = _venv_attr(option)
+        guess = HERE.parent / venv / "bin" / "python"
+        if getattr(a, attr) is None and guess.exists():
+            setattr(a, attr, str(guess))
 
 
 def child_command(args, loop: str, workload: str, n: int, warm: int):
@@ -172,12 +192,8 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
         # io_uring with writes gathered per iteration and sent as SQEs with the wait
         # (opt-in: flow control differs from asyncio's, see docs/compatibility.md).
         env["RSLOOP_URING_SEND"] = "1"
-    elif loop == "pypi-rsloop":
-        python = args.pypi_rsloop_python
-    elif loop == "rsloop-nostats":
-        python = args.nostats_python
-    elif loop == "rsloop-mimalloc":
-        python = args.mimalloc_python
+    if loop in VENV_LOOPS:
+        python = getattr(args, _venv_attr(VENV_LOOPS[loop][0]))
     return [python, str(HERE / "_child.py"), loop, workload, str(n), str(warm)], env
 
 
