@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+import threading
 import time
 import warnings
 
@@ -434,3 +435,30 @@ def test_stats_counters_increase(loop):
     assert after["timers_fired"] >= before["timers_fired"] + 2
     assert after["ready"] == 0
     assert after["timers"] == 0
+
+
+def test_spare_handles_kept_while_busy_and_trimmed_after_an_idle_second(loop):
+    if not is_rsloop_native(loop):
+        pytest.skip("stats counters exist on rsloop's native backends only")
+
+    async def main():
+        for _ in range(5000):
+            loop.call_soon(int)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        after_burst = loop.stats()["spare_handles"]
+        # A wait without deadline that a cross-thread post ends a moment later: the spare
+        # handles are kept through it (a producer thread reuses them).
+        woken = loop.create_future()
+        poster = threading.Timer(0.05, loop.call_soon_threadsafe, (woken.set_result, None))
+        poster.start()
+        await woken
+        poster.join()
+        after_short_wait = loop.stats()["spare_handles"]
+        await asyncio.sleep(1.2)  # the loop sits idle for a second: the reserve is trimmed
+        return after_burst, after_short_wait, loop.stats()["spare_handles"]
+
+    after_burst, after_short_wait, after_idle = loop.run_until_complete(main())
+    assert after_burst >= 5000
+    assert after_short_wait >= 5000
+    assert after_idle <= 1024

@@ -62,10 +62,14 @@ pub struct Queues {
     pub free_timers: Vec<Py<TimerHandle>>,
 }
 
-/// At most this many handles wait on each freelist while the loop is busy (about 100
-/// bytes each: a burst of this many callbacks reuses its handles)...
-pub const FREE_HANDLES_MAX: usize = 16384;
-/// ...and this many once it goes idle (a wait of a second or more): the rest is released,
+/// At most this many plain handles wait on the freelist while the loop is busy (112 bytes
+/// each, so at most 7 MiB, and never more than a burst the loop already held at once): a
+/// producer thread posts tens of thousands of `call_soon_threadsafe` callbacks in one GIL
+/// switch interval, and only a freelist that size keeps the collector out of it...
+pub const FREE_HANDLES_MAX: usize = 65536;
+/// ...and timers (136 bytes each), whose bursts are smaller...
+pub const FREE_TIMERS_MAX: usize = 16384;
+/// ...and this many once it has sat idle for a second: the rest is released,
 /// so an idle loop holds at most ~200 KiB of spare handles.
 pub const FREE_HANDLES_IDLE: usize = 1024;
 

@@ -13,15 +13,20 @@ use pyo3::prelude::*;
 
 use super::streams::{Action, Streams};
 use super::watchers::DriverWork;
-use super::{BackendInfo, LoopCore, Queues, FREE_HANDLES_IDLE, FREE_HANDLES_MAX, MAX_WAIT_SECS};
+use super::{
+    BackendInfo, LoopCore, Queues, FREE_HANDLES_IDLE, FREE_HANDLES_MAX, FREE_TIMERS_MAX,
+    MAX_WAIT_SECS,
+};
 use crate::driver::{self, Completion, Op, RecvCompletion, Requested, Token};
 use crate::errors::os_error;
 use crate::handles::{lock, Handle, RunOutcome, TimerHandle};
 use crate::sys::python::refcnt;
 use crate::timers::should_compact;
 
-/// A wait at least this long (or without deadline) counts as going idle: the handle
-/// freelists are trimmed to their idle size first.
+/// A loop that has waited this long with nothing to do is idle: its handle freelists are
+/// trimmed to their idle size. A longer (or unbounded) wait is cut to this length while
+/// the freelists hold more than that, so the trim happens after an idle second, never
+/// before a wait that a cross-thread post ends a moment later.
 const IDLE_SECS: f64 = 1.0;
 
 /// What the stream transports hand the driver at a flush: ((receives to arm, receive and
@@ -144,14 +149,19 @@ impl LoopCore {
             && recv_work.1.is_empty()
             && sends.is_empty()
             && polls_in_flight == 0;
-        if timeout.is_none_or(|t| t >= IDLE_SECS) {
-            self.trim_freelists(py);
+        let idle_watch = timeout.is_none_or(|t| t > IDLE_SECS) && self.freelists_above_idle(py);
+        if idle_watch {
+            timeout = Some(IDLE_SECS);
         }
+        let wait_started = idle_watch.then(Instant::now);
         let waited = if driver_idle {
             false
         } else {
             self.poll_driver(py, &mut timeout, work, (recv_work, sends), scratch)?
         };
+        if wait_started.is_some_and(|t0| t0.elapsed().as_secs_f64() >= IDLE_SECS) {
+            self.trim_freelists(py);
+        }
         // Receives first: asyncio queues an fd's reader before its writer, so a reset
         // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
         self.process_received(py, scratch)?;
@@ -502,7 +512,7 @@ impl LoopCore {
             };
             let timer = timer.unbind();
             self.queues.with(py, |q| {
-                if q.free_timers.len() < FREE_HANDLES_MAX {
+                if q.free_timers.len() < FREE_TIMERS_MAX {
                     q.free_timers.push(timer);
                     None
                 } else {
@@ -522,7 +532,14 @@ impl LoopCore {
         drop(overflow);
     }
 
-    // The loop is about to sleep for a while: keep only a small reserve of spare handles.
+    // Whether either freelist holds more than an idle loop keeps.
+    fn freelists_above_idle(&self, py: Python<'_>) -> bool {
+        self.queues.with(py, |q| {
+            q.free.len() > FREE_HANDLES_IDLE || q.free_timers.len() > FREE_HANDLES_IDLE
+        })
+    }
+
+    // The loop sat idle for a second: keep only a small reserve of spare handles.
     fn trim_freelists(&self, py: Python<'_>) {
         let excess = self.queues.with(py, |q| {
             let mut out: Vec<Py<PyAny>> = Vec::new();

@@ -474,14 +474,18 @@ impl Loop {
         d.set_item("submissions", s.driver.submissions.load(Ordering::Relaxed))?;
         d.set_item("kernel_enters", s.driver.enters.load(Ordering::Relaxed))?;
         d.set_item("completions", s.driver.completions.load(Ordering::Relaxed))?;
-        let (ready, timers, watchers) = {
-            self.core
-                .queues
-                .with(py, |q| (q.ready.len(), q.timers.len(), q.watchers.len()))
-        };
+        let (ready, timers, watchers, spare) = self.core.queues.with(py, |q| {
+            (
+                q.ready.len(),
+                q.timers.len(),
+                q.watchers.len(),
+                q.free.len() + q.free_timers.len(),
+            )
+        });
         d.set_item("ready", ready)?;
         d.set_item("timers", timers)?;
         d.set_item("fd_watchers", watchers)?;
+        d.set_item("spare_handles", spare)?;
         Ok(d)
     }
 }
