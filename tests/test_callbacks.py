@@ -462,6 +462,38 @@ def test_handle_context_from_empty_context_is_stable_and_isolated(loop):
     assert var not in context_of(second)
 
 
+def test_callbacks_from_empty_contexts_never_share_what_one_of_them_left(loop):
+    # Many callbacks scheduled from an empty context, one after another: each starts in an
+    # empty context, whatever the one before set, reset, or kept a Token of.
+    var = contextvars.ContextVar("fresh")
+    seen = []
+    kept = []
+
+    def set_and_keep():
+        seen.append(var.get("unset"))
+        kept.append(var.set("kept"))
+
+    def set_and_reset():
+        seen.append(var.get("unset"))
+        var.reset(var.set("gone"))
+
+    def reset_foreign_token():
+        seen.append(var.get("unset"))
+        try:
+            var.reset(kept[0])
+        except ValueError as exc:
+            seen.append(type(exc).__name__)
+
+    def schedule():
+        for cb in (set_and_keep, set_and_reset, set_and_reset, reset_foreign_token):
+            loop.call_soon(cb)
+        loop.call_soon(loop.stop)
+
+    contextvars.Context().run(schedule)
+    loop.run_forever()
+    assert seen == ["unset", "unset", "unset", "unset", "ValueError"]
+
+
 def test_handle_keeps_the_context_its_callback_changed(loop, handler_log):
     # asyncio's handle keeps the context it ran in; 3.12+ runs a custom exception handler
     # in it, so the handler sees what the failing callback set.

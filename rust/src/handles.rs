@@ -40,7 +40,19 @@ struct HandleState {
 }
 
 /// The Python objects a handle let go of; dropped by the caller outside any cell.
-pub struct Released(#[allow(dead_code)] HandleState);
+pub struct Released(HandleState);
+
+impl Released {
+    /// The context the loop made for the run of a handle scheduled from an empty context,
+    /// if it had one (see `HandleState::context`).
+    pub fn take_made_context(&mut self) -> Option<Py<PyAny>> {
+        if self.0.fresh_context {
+            self.0.context.take()
+        } else {
+            None
+        }
+    }
+}
 
 /// A callback scheduled with `call_soon`, or an fd watcher's callback.
 ///
@@ -111,7 +123,7 @@ impl Handle {
             callback: st.callback.take(),
             args: st.args.take(),
             context: st.context.take(),
-            fresh_context: false,
+            fresh_context: std::mem::take(&mut st.fresh_context),
             source_traceback: st.source_traceback.take(),
             debug: false,
             repr_cache: st.repr_cache.take(),
@@ -125,7 +137,9 @@ impl Handle {
     }
 
     /// Runs the callback under its context, like `asyncio.Handle._run` minus the reporting.
-    pub fn run(&self, py: Python<'_>) -> RunOutcome {
+    /// A handle scheduled from an empty context runs in `spare` if given (an empty context
+    /// nothing else references, left by an earlier run), else in a new one.
+    pub fn run(&self, py: Python<'_>, spare: &mut Option<Py<PyAny>>) -> RunOutcome {
         let cloned = self.state.with(py, |st| match (&st.callback, &st.args) {
             (Some(cb), Some(args)) => Some((
                 cb.clone_ref(py),
@@ -141,7 +155,7 @@ impl Handle {
             Some(c) => c,
             // Kept: asyncio's handle keeps the context its callback changed, and 3.12+
             // runs a custom exception handler in it (`get_context()` after the run).
-            None => match new_context(py) {
+            None => match spare.take().map_or_else(|| new_context(py), Ok) {
                 Ok(c) => {
                     self.state.with(py, |st| st.context = Some(c.clone_ref(py)));
                     c

@@ -20,7 +20,7 @@ use super::{
 use crate::driver::{self, Completion, Op, RecvCompletion, Requested, Token};
 use crate::errors::os_error;
 use crate::handles::{lock, Handle, RunOutcome, TimerHandle};
-use crate::sys::python::refcnt;
+use crate::sys::python::{context_is_empty, refcnt};
 use crate::timers::should_compact;
 
 /// A loop that has waited this long with nothing to do is idle: its handle freelists are
@@ -44,6 +44,9 @@ pub struct Scratch {
     sent: Vec<Completion>,
     batch: VecDeque<Py<Handle>>,
     to_drop: Vec<Py<PyAny>>,
+    /// An empty context left by a finished callback that nobody else references: the next
+    /// callback scheduled from an empty context runs in it (see `LoopCore::recycle`).
+    spare_context: Option<Py<PyAny>>,
 }
 
 impl LoopCore {
@@ -452,7 +455,7 @@ impl LoopCore {
             }
             ran += 1;
             let t0 = if debug { Some(self.time()) } else { None };
-            let outcome = h.run(py);
+            let outcome = h.run(py, &mut scratch.spare_context);
             let outcome_is_ok = matches!(outcome, RunOutcome::Done);
             let mut fatal = None;
             if let RunOutcome::Raised(err) = outcome {
@@ -480,7 +483,7 @@ impl LoopCore {
                 return Err(fatal);
             }
             if outcome_is_ok {
-                self.recycle(py, handle);
+                self.recycle(py, handle, &mut scratch.spare_context);
             }
         }
         self.stats.callbacks.add(ran);
@@ -489,9 +492,12 @@ impl LoopCore {
 
     // Puts a finished handle on its freelist if nothing but the batch referenced it (the
     // caller dropped what call_soon/call_later returned), it is one of our exact classes,
-    // and there is room.
-    fn recycle(&self, py: Python<'_>, handle: Py<Handle>) {
-        let (released, is_timer) = {
+    // and there is room. The empty context the loop made for its run is kept in `spare`
+    // for the next such run if it is still empty and nothing else references it (no
+    // `Token` of a `ContextVar.set`, no `get_context()` result kept): then no callback can
+    // tell it from a new one, and CPython's context allocation and free are saved.
+    fn recycle(&self, py: Python<'_>, handle: Py<Handle>, spare: &mut Option<Py<PyAny>>) {
+        let (mut released, is_timer) = {
             let bound = handle.bind(py);
             if refcnt(bound.as_any()) != 1 {
                 return;
@@ -505,6 +511,14 @@ impl LoopCore {
             };
             (bound.get().empty(py), is_timer)
         };
+        if spare.is_none() {
+            if let Some(ctx) = released.take_made_context() {
+                let bound = ctx.bind(py);
+                if refcnt(bound) == 1 && context_is_empty(bound) {
+                    *spare = Some(ctx);
+                }
+            }
+        }
         drop(released);
         let overflow = if is_timer {
             let Ok(timer) = handle.into_bound(py).cast_into::<TimerHandle>() else {
