@@ -42,6 +42,7 @@ ALL_LOOPS = [
     "rsloop-mimalloc",
     "rsloop-multishot",
     "rsloop-ringsend",
+    "rsloop-completion",
     "rsloop-base",
 ]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
@@ -52,6 +53,7 @@ OURS = (
     "rsloop-mimalloc",
     "rsloop-multishot",
     "rsloop-ringsend",
+    "rsloop-completion",
     "rsloop-base",
 )
 # Loops whose children run another venv's interpreter: loop -> (option, venv beside the
@@ -191,6 +193,10 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
     elif loop == "rsloop-ringsend":
         # io_uring with writes gathered per iteration and sent as SQEs with the wait
         # (opt-in: flow control differs from asyncio's, see docs/compatibility.md).
+        env["RSLOOP_URING_SEND"] = "1"
+    elif loop == "rsloop-completion":
+        # Both: the transports' I/O entirely as io_uring completions.
+        env["RSLOOP_URING_RECV"] = "multishot"
         env["RSLOOP_URING_SEND"] = "1"
     if loop in VENV_LOOPS:
         python = getattr(args, _venv_attr(VENV_LOOPS[loop][0]))

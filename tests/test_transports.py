@@ -632,6 +632,32 @@ def test_pause_and_resume_writing_once_per_crossing(loop):
     run(loop, main())
 
 
+def test_write_past_high_water_that_the_kernel_takes_at_once_does_not_pause(loop):
+    # asyncio's write() hands the bytes to the kernel inside the call: a write larger than
+    # the high-water mark that fits the socket's send buffer leaves nothing buffered and
+    # never pauses (also when the loop gathers small writes for one send per iteration).
+    async def main():
+        with listening_socket() as lsock:
+            client = Recorder()
+            tr, _ = await loop.create_connection(lambda: client, *lsock.getsockname())
+            tr.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MIB)
+            conn, _ = lsock.accept()
+            with conn:
+                tr.set_write_buffer_limits(high=4096)
+                small, large = payload(1000), payload(32 * 1024, seed=1)
+                tr.write(small)  # within the mark
+                tr.write(large)  # past it, with what came before
+                assert tr.get_write_buffer_size() == 0
+                assert client.names_count("pause") == 0
+                got = await recv_exactly(loop, conn, len(small) + len(large))
+                assert got == small + large
+                tr.close()
+                await client.wait_lost()
+        assert client.names_count("pause") == 0
+
+    run(loop, main())
+
+
 def test_set_write_buffer_limits_pauses_at_once_but_never_resumes(loop):
     async def main():
         with listening_socket() as lsock:

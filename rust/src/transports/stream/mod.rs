@@ -482,11 +482,36 @@ impl StreamCore {
             this.state.with(py, |s| s.base.conn_lost += 1);
             return Ok(());
         }
-        if this.state.with(py, |s| s.ring_sends) {
+        let (ring_sends, gather) = this.state.with(py, |s| {
+            // Gathering is only for bytes that cannot make flow control differ from
+            // asyncio's: while the buffer stays at or under the high-water mark, or while
+            // a send is in flight (the kernel has refused nothing yet; asyncio's buffer is
+            // not empty either).
+            let within = !s.base.marks.above_high(s.queued + view.len());
+            (s.ring_sends, s.send_token.is_some() || within)
+        });
+        if ring_sends && gather {
             // Gathered now, sent with the next wait (see `_flush`); they count as buffered
-            // until the kernel took them (unlike asyncio, whose write() hands them over).
+            // until the kernel took them (asyncio's write() hands them over at once).
             this.queue_rest(py, bytes, view, 0);
             this.schedule_flush(slf)?;
+            return this.maybe_pause_protocol(py);
+        }
+        if ring_sends {
+            // Past the high-water mark: hand everything gathered, and these bytes, to the
+            // kernel now, as asyncio's write() would; only what it refuses stays buffered.
+            this.queue_rest(py, bytes, view, 0);
+            let (res, sent) = this.flush(py);
+            drop(sent);
+            match res {
+                Err(e) if !would_block(&e) => {
+                    return this.fatal(py, os_error(&e), "Fatal write error on socket transport")
+                }
+                _ => {}
+            }
+            if this.state.with(py, |s| !s.queue.is_empty()) {
+                this.schedule_flush(slf)?;
+            }
             return this.maybe_pause_protocol(py);
         }
         let step = if idle {
