@@ -87,7 +87,7 @@ def tests(session: nox.Session) -> None:
         env={"PYTHONASYNCIODEBUG": "1"},
     )
     # The opt-in io_uring paths (multishot receive, sends with the wait): the transport
-    # tests on uring.
+    # and lifetime (loops moved between threads) tests on uring.
     session.run(
         "python",
         "-m",
@@ -95,6 +95,7 @@ def tests(session: nox.Session) -> None:
         "tests/test_transports.py",
         "tests/test_streams.py",
         "tests/test_servers.py",
+        "tests/test_lifetimes.py",
         "-q",
         "-p",
         "no:cacheprovider",

@@ -1,5 +1,6 @@
-"""Faults against one rsloop echo server: peers that reset mid-write, peers that never
-read (slowloris), and accept under fd exhaustion (EMFILE). Through all of them a
+"""Faults against one rsloop echo server: peers that reset mid-write, peers that half-close
+or close half-way through a message, peers that never read (slowloris), and accept under
+fd exhaustion (EMFILE). Through all of them a
 well-behaved client must keep being served, and the server's memory must stay bounded.
 
     python stress/faults.py --backend uring
@@ -121,6 +122,34 @@ def reset_mid_write(port: int, count: int) -> None:
         s.close()
 
 
+def half_close(port: int, count: int, size: int = 64 * 1024) -> int:
+    """Send a message, shut the write side (FIN) and read until the server's own FIN:
+    every byte must come back first (asyncio's default ``eof_received`` closes the
+    transport, which flushes its buffer before closing). Returns the peers that got it."""
+    ok = 0
+    for _ in range(count):
+        data = os.urandom(size)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(data)
+                s.shutdown(socket.SHUT_WR)
+                got = bytearray()
+                while chunk := s.recv(65536):
+                    got += chunk
+        except OSError:
+            continue
+        ok += bytes(got) == data
+    return ok
+
+
+def close_half_way(port: int, count: int) -> None:
+    """Send half a message's worth and close (FIN) without reading the echo: the server's
+    writes then meet a closed peer (EPIPE / ECONNRESET)."""
+    for _ in range(count):
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(os.urandom(128 * 1024))
+
+
 def slowloris(port: int, peers: int, megabytes: int) -> list[socket.socket]:
     """Peers that send and never read: the server must stop reading from them."""
     socks = []
@@ -176,7 +205,16 @@ def main(argv=None) -> int:
         time.sleep(0.2)
         checks["serving after 20 resets mid-write"] = echo_ok(port)
 
-        # 2. Slowloris: 8 peers push up to 64 MiB in all at a server that echoes, and never
+        # 2. Peers that half-close (FIN after their message, then read the echo to the
+        # end) and peers that close half-way through, never reading.
+        checks["half-closing peers that got every byte back, then EOF (of 20)"] = half_close(
+            port, 20
+        )
+        close_half_way(port, 20)
+        time.sleep(0.2)
+        checks["serving after 20 peers closed half-way"] = echo_ok(port)
+
+        # 3. Slowloris: 8 peers push up to 64 MiB in all at a server that echoes, and never
         # read its answers.
         base = server_state()["rss_mib"]
         loris = slowloris(port, 8, 64)
@@ -190,7 +228,7 @@ def main(argv=None) -> int:
         for s in loris:
             s.close()
 
-        # 3. EMFILE: more connections than the server has fds; it logs, backs off, and
+        # 4. EMFILE: more connections than the server has fds; it logs, backs off, and
         # serves again once fds are free.
         flood = []
         for _ in range(args.server_fds + 50):
@@ -224,6 +262,7 @@ def main(argv=None) -> int:
     ok = (
         all(v is True for k, v in checks.items() if isinstance(v, bool))
         and checks["accept errors logged under EMFILE"] > 0
+        and checks["half-closing peers that got every byte back, then EOF (of 20)"] == 20
         and checks["server RSS growth under slowloris (MiB)"] < 50
         and server.returncode == 0
     )

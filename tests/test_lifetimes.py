@@ -172,6 +172,45 @@ def test_loop_moved_between_threads(loop):
     assert loop.run_until_complete(_round_trips()) == 20
 
 
+def test_connection_keeps_receiving_when_the_loop_moves_to_another_thread(loop):
+    # A transport made while the loop ran on one thread, then fed while it runs on
+    # another, then on this one again (on io_uring: its receive is re-armed on the new
+    # thread's ring).
+    import asyncio
+    import socket
+
+    got = []
+
+    class Collect(asyncio.Protocol):
+        def data_received(self, data):
+            got.append(data)
+
+    a, b = socket.socketpair()
+
+    async def attach():
+        transport, _ = await loop.connect_accepted_socket(Collect, a)
+        return transport
+
+    async def echo(msg):
+        b.sendall(msg)
+        for _ in range(500):
+            if b"".join(got).endswith(msg):
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    transport = _in_thread(lambda: loop.run_until_complete(attach()))
+    try:
+        assert _in_thread(lambda: loop.run_until_complete(echo(b"one")))
+        assert _in_thread(lambda: loop.run_until_complete(echo(b"two")))
+        assert loop.run_until_complete(echo(b"three"))
+        assert b"".join(got) == b"onetwothree"
+    finally:
+        transport.close()
+        loop.run_until_complete(asyncio.sleep(0))
+        b.close()
+
+
 def test_several_loops_in_several_threads_at_once(loop_kind):
     import threading
 
