@@ -256,6 +256,7 @@ def stress(session: nox.Session) -> None:
         "stress/threadsafe.py",
         "stress/lifetimes.py",
         "stress/faults.py",
+        "stress/interrupts.py",
     ]
     for backend in ("uring", "poll"):
         for script in scripts:
