@@ -32,12 +32,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from run import (  # noqa: E402
-    ALL_LOOPS,
     add_venv_options,
     child_command,
     resolve_venv_options,
+    split_loops_and_workloads,
 )
-from workloads import WORKLOADS  # noqa: E402
 
 DEFAULT_WORKLOADS = [
     "call_soon_chain",
@@ -65,14 +64,7 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per child")
     add_venv_options(p)
     a = p.parse_args(argv)
-    a.loops = [x.strip() for x in a.loops.split(",") if x.strip()]
-    a.workloads = [x.strip() for x in a.workloads.split(",") if x.strip()]
-    for x in a.loops:
-        if x not in ALL_LOOPS:
-            p.error(f"unknown loop {x!r}; choose from {', '.join(ALL_LOOPS)}")
-    for x in a.workloads:
-        if x not in WORKLOADS:
-            p.error(f"unknown workload {x!r}; choose from {', '.join(WORKLOADS)}")
+    split_loops_and_workloads(p, a)
     if a.n < 1:
         p.error("--n must be positive")
     resolve_venv_options(a)

@@ -139,6 +139,13 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.repeat is None:
         a.repeat = 3 if a.quick else 5
+    split_loops_and_workloads(p, a)
+    resolve_venv_options(a)
+    return a
+
+
+def split_loops_and_workloads(p, a) -> None:
+    """``--loops`` and ``--workloads`` as lists, each name checked."""
     a.loops = [x.strip() for x in a.loops.split(",") if x.strip()]
     a.workloads = [x.strip() for x in a.workloads.split(",") if x.strip()]
     for x in a.loops:
@@ -147,8 +154,6 @@ def parse_args(argv=None):
     for x in a.workloads:
         if x not in WORKLOADS:
             p.error(f"unknown workload {x!r}; choose from {', '.join(WORKLOADS)}")
-    resolve_venv_options(a)
-    return a
 
 
 def _venv_attr(option: str) -> str:
