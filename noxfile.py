@@ -267,6 +267,8 @@ def stress(session: nox.Session) -> None:
                     "--connections", "2000", env=debug)  # fmt: skip
         session.run("python", "-X", "dev", "stress/threadsafe.py", "--backend", backend,
                     "--total", "200000", env=debug)  # fmt: skip
+        for script in ("stress/faults.py", "stress/interrupts.py"):
+            session.run("python", "-X", "dev", script, "--backend", backend, env=debug)
 
 
 @nox.session(python="3.11")

@@ -94,7 +94,10 @@ def serve(backend: str, fds: int) -> None:
             print(json.dumps(report), flush=True)
         server.close()
 
-    rsloop.run(main())
+    try:
+        rsloop.run(main())
+    finally:
+        status.close()
 
 
 def echo_ok(port: int, payload: bytes = b"still serving", timeout: float = 5.0) -> bool:
