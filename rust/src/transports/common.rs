@@ -129,13 +129,13 @@ impl WaterMarks {
         self.paused
     }
 
-    /// The buffer went above the high mark while the protocol was writing: it is paused
-    /// now, and `pause_writing()` is due.
     /// Whether a buffer of `size` bytes is above the high-water mark.
     pub(crate) fn above_high(&self, size: usize) -> bool {
         size > self.high
     }
 
+    /// The buffer went above the high mark while the protocol was writing: it is paused
+    /// now, and `pause_writing()` is due.
     pub(crate) fn should_pause(&mut self, size: i128) -> bool {
         if self.paused || size <= self.high as i128 {
             return false;

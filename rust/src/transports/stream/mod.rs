@@ -1,7 +1,8 @@
 //! `StreamCore`: the per-packet half of a TCP or Unix stream transport.
-//! Owns: reading into the protocol (`data_received` / `get_buffer`+`buffer_updated`),
-//! the write queue and its vectored flushes (at once, or through the ring), `write_eof`,
-//! and the stream's steps of closing (what happens to queued bytes and a send in flight).
+//! Owns: its state, the methods Python calls (reading in `read.rs`: `data_received` /
+//! `get_buffer`+`buffer_updated`; writing in `write.rs`: the write queue and its vectored
+//! flushes, at once or through the ring), `write_eof`, and the stream's steps of closing
+//! (what happens to queued bytes and a send in flight).
 //! Not: the water marks and the `close`/`_force_close`/`pause_reading` state machine
 //! shared with the datagram core (`common.rs`); the transport object Python sees
 //! (`rsloop._transports.SocketTransport`, which forwards its hot methods here and keeps the
@@ -12,28 +13,27 @@
 //! one `sendmsg` per writability.
 
 mod read;
+mod write;
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice};
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyTuple};
+use pyo3::types::{PyBytes, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::common::{
-    is_exit, requested_limits, with_scratch, would_block, Base, Chunk, TransportCore, WriteBuffer,
-    LOST_WRITES_LOG_THRESHOLD,
+    is_exit, requested_limits, with_scratch, would_block, Base, TransportCore, WriteBuffer,
 };
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::py::loop_::Loop;
-use crate::sys::buffer::buffer_to_vec;
 use crate::sys::gil::GilCell;
-use crate::sys::sock::{self, SendHeader, MAX_IOV};
+use crate::sys::sock::{self, SendHeader};
+use write::Pending;
 
 static BUFFERED_PROTOCOL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -47,64 +47,6 @@ fn buffered_protocol_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
             )
         })
         .map(|t| t.bind(py))
-}
-
-struct Pending {
-    chunk: Chunk,
-    /// Bytes of the chunk already sent.
-    start: usize,
-}
-
-impl Pending {
-    fn rest<'a>(&'a self, py: Python<'_>) -> &'a [u8] {
-        &self.chunk.bytes(py)[self.start..]
-    }
-}
-
-/// Drops `n` sent bytes off the front of `queue`; returns the chunks sent whole, for the
-/// caller to drop outside the cell.
-fn advance(queue: &mut VecDeque<Pending>, py: Python<'_>, mut n: usize) -> Vec<Pending> {
-    let mut done = Vec::new();
-    while n > 0 {
-        let Some(front) = queue.front_mut() else {
-            break;
-        };
-        let left = front.rest(py).len();
-        if n >= left {
-            n -= left;
-            done.extend(queue.pop_front());
-        } else {
-            front.start += n;
-            n = 0;
-        }
-    }
-    done
-}
-
-impl State {
-    /// Every queued byte is gone (sent or dropped).
-    fn forget_queue(&mut self) {
-        self.queued = 0;
-    }
-
-    /// One `sendmsg` of the queue's front (up to `MAX_IOV` slices). The bytes sent leave the
-    /// queue; the chunks sent whole are returned, for the caller to drop outside the cell.
-    fn send_queued(&mut self, py: Python<'_>, fd: i32) -> (io::Result<usize>, Vec<Pending>) {
-        let slices: Vec<IoSlice<'_>> = self
-            .queue
-            .iter()
-            .take(MAX_IOV)
-            .map(|p| IoSlice::new(p.rest(py)))
-            .collect();
-        let res = sock::send_vectored(fd, &slices);
-        drop(slices);
-        let mut done = Vec::new();
-        if let Ok(n) = res {
-            self.queued -= n;
-            done = advance(&mut self.queue, py, n);
-        }
-        (res, done)
-    }
 }
 
 struct State {
@@ -138,13 +80,6 @@ struct State {
     /// handed to the protocol once it resumes: a completed receive cannot be left in the
     /// kernel as a readiness-based transport leaves its data.
     stash: VecDeque<Py<PyAny>>,
-}
-
-/// What a write found: go on, or report a Python-side action.
-enum WriteStep {
-    Done,
-    Queued,
-    Failed(io::Error),
 }
 
 /// The per-packet core of a stream transport.
@@ -264,20 +199,6 @@ impl StreamCore {
 
     fn call_soon(&self, py: Python<'_>, callback: Py<PyAny>, args: Py<PyTuple>) -> PyResult<()> {
         self.loop_.get().call_soon_native(py, callback, args)
-    }
-
-    /// Sends what the queue holds, in one `sendmsg`. Returns the error if the send failed
-    /// for good; drops sent `bytes` objects outside the cell.
-    fn flush(&self, py: Python<'_>) -> (io::Result<usize>, Vec<Pending>) {
-        self.state.with(py, |s| s.send_queued(py, self.fd))
-    }
-
-    fn queue(&self, py: Python<'_>, chunk: Chunk, start: usize) {
-        self.state.with(py, |s| {
-            let p = Pending { chunk, start };
-            s.queued += p.rest(py).len();
-            s.queue.push_back(p);
-        });
     }
 }
 
@@ -432,114 +353,7 @@ impl StreamCore {
     // ----- writing -----
 
     fn write(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        let bytes = data.cast::<PyBytes>().ok();
-        if bytes.is_none()
-            && !data.is_instance_of::<PyByteArray>()
-            && !data.is_instance_of::<PyMemoryView>()
-        {
-            return Err(PyTypeError::new_err(format!(
-                "data argument must be a bytes-like object, not '{}'",
-                data.get_type().name()?
-            )));
-        }
-        let (eof, sendfile, lost, idle) = this.state.with(py, |s| {
-            (
-                s.eof,
-                s.empty_waiter.is_some(),
-                s.base.conn_lost,
-                s.queue.is_empty(),
-            )
-        });
-        if eof {
-            return Err(PyRuntimeError::new_err(
-                "Cannot call write() after write_eof()",
-            ));
-        }
-        if sendfile {
-            return Err(PyRuntimeError::new_err(
-                "unable to write; sendfile is in progress",
-            ));
-        }
-        let owned;
-        let view: &[u8] = match bytes {
-            Some(b) => b.as_bytes(),
-            None => {
-                owned = buffer_to_vec(data)?;
-                &owned
-            }
-        };
-        if view.is_empty() {
-            return Ok(());
-        }
-        if lost > 0 {
-            if lost >= LOST_WRITES_LOG_THRESHOLD {
-                if let Some(shell) = this.shell(py) {
-                    shell.call_method0(py, intern!(py, "_log_lost_write"))?;
-                }
-            }
-            this.state.with(py, |s| s.base.conn_lost += 1);
-            return Ok(());
-        }
-        let (ring_sends, gather) = this.state.with(py, |s| {
-            // Gathering is only for bytes that cannot make flow control differ from
-            // asyncio's: while the buffer stays at or under the high-water mark, or while
-            // a send is in flight (the kernel has refused nothing yet; asyncio's buffer is
-            // not empty either).
-            let within = !s.base.marks.above_high(s.queued + view.len());
-            (s.ring_sends, s.send_token.is_some() || within)
-        });
-        if ring_sends && gather {
-            // Gathered now, sent with the next wait (see `_flush`); they count as buffered
-            // until the kernel took them (asyncio's write() hands them over at once).
-            this.queue_rest(py, bytes, view, 0);
-            this.schedule_flush(slf)?;
-            return this.maybe_pause_protocol(py);
-        }
-        if ring_sends {
-            // Past the high-water mark: hand everything gathered, and these bytes, to the
-            // kernel now, as asyncio's write() would; only what it refuses stays buffered.
-            this.queue_rest(py, bytes, view, 0);
-            let (res, sent) = this.flush(py);
-            drop(sent);
-            match res {
-                Err(e) if !would_block(&e) => {
-                    return this.fatal(py, os_error(&e), "Fatal write error on socket transport")
-                }
-                _ => {}
-            }
-            if this.state.with(py, |s| !s.queue.is_empty()) {
-                this.schedule_flush(slf)?;
-            }
-            return this.maybe_pause_protocol(py);
-        }
-        let step = if idle {
-            match sock::send_vectored(this.fd, &[IoSlice::new(view)]) {
-                Ok(n) if n == view.len() => WriteStep::Done,
-                Ok(n) => {
-                    this.queue_rest(py, bytes, view, n);
-                    WriteStep::Queued
-                }
-                Err(e) if would_block(&e) => {
-                    this.queue_rest(py, bytes, view, 0);
-                    WriteStep::Queued
-                }
-                Err(e) => WriteStep::Failed(e),
-            }
-        } else {
-            this.queue_rest(py, bytes, view, 0);
-            WriteStep::Done
-        };
-        match step {
-            WriteStep::Done if idle => return Ok(()),
-            WriteStep::Done => {}
-            WriteStep::Queued => this.watch(slf, Side::Write)?,
-            WriteStep::Failed(e) => {
-                return this.fatal(py, os_error(&e), "Fatal write error on socket transport")
-            }
-        }
-        this.maybe_pause_protocol(py)
+        Self::write_data(slf, data)
     }
 
     fn writelines(slf: &Bound<'_, Self>, list_of_data: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -565,88 +379,18 @@ impl StreamCore {
 
     /// The fd is writable: one vectored send of the queue.
     fn _write_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        let (lost, empty) = this
-            .state
-            .with(py, |s| (s.base.conn_lost, s.queue.is_empty()));
-        if lost > 0 || empty {
-            return Ok(());
-        }
-        let (res, sent) = this.flush(py);
-        drop(sent);
-        match res {
-            Err(e) if would_block(&e) => return Ok(()),
-            Err(e) => {
-                this.unwatch(py, Side::Write)?;
-                return this.write_failed(py, &e);
-            }
-            Ok(_) => {}
-        }
-        if !this.queue_drained(py)? {
-            return Ok(());
-        }
-        this.unwatch(py, Side::Write)?;
-        this.finish_writes(py)
+        Self::write_ready(slf)
     }
 
     /// Ring mode, just before the loop waits: one `sendmsg` of everything queued (up to
     /// 1024 slices), submitted with the wait. At most one send is in flight.
     fn _flush(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        let msg = this.state.with(py, |s| {
-            s.flush_scheduled = false;
-            if s.send_token.is_some() || s.queue.is_empty() || s.base.conn_lost > 0 {
-                return None;
-            }
-            let slices: Vec<&[u8]> = s.queue.iter().take(MAX_IOV).map(|p| p.rest(py)).collect();
-            Some(s.hdr.point_at(&slices))
-        });
-        let Some(msg) = msg else { return Ok(()) };
-        let cb = slf.getattr(intern!(py, "_on_sent"))?.unbind();
-        let token = this.loop_.get().send_submit(py, this.fd, msg, cb);
-        this.state.with(py, |s| s.send_token = Some(token));
-        Ok(())
+        Self::flush_ring(slf)
     }
 
     /// Ring mode: the send in flight ended with `result` (bytes sent, or `-errno`).
     fn _on_sent(slf: &Bound<'_, Self>, result: i32) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        let (lost, sent_chunks) = this.state.with(py, |s| {
-            s.send_token = None;
-            if s.aborted || s.base.shell.is_none() {
-                // Aborted (or detached) while the kernel read the bytes: free them now.
-                s.forget_queue();
-                return (
-                    true,
-                    std::mem::take(&mut s.queue).into_iter().collect::<Vec<_>>(),
-                );
-            }
-            let mut done = Vec::new();
-            if result > 0 {
-                let n = result as usize;
-                s.queued = s.queued.saturating_sub(n);
-                done = advance(&mut s.queue, py, n);
-            }
-            (false, done)
-        });
-        drop(sent_chunks);
-        if lost {
-            return Ok(());
-        }
-        if result < 0 {
-            let code = -result;
-            if code == libc::EAGAIN || code == libc::EINTR {
-                return this.schedule_flush(slf);
-            }
-            return this.write_failed(py, &io::Error::from_raw_os_error(code));
-        }
-        if !this.queue_drained(py)? {
-            return this.schedule_flush(slf);
-        }
-        this.finish_writes(py)
+        Self::on_sent(slf, result)
     }
 
     fn write_eof(&self, py: Python<'_>) -> PyResult<()> {
@@ -837,84 +581,5 @@ impl StreamCore {
     #[getter]
     fn _protocol_paused(&self, py: Python<'_>) -> bool {
         self.state.with(py, |s| s.base.marks.paused())
-    }
-}
-
-impl StreamCore {
-    /// A send failed for good: drop the queue, report, fail `loop.sendfile`'s waiter.
-    fn write_failed(&self, py: Python<'_>, e: &io::Error) -> PyResult<()> {
-        let (dropped, waiter) = self.state.with(py, |s| {
-            s.forget_queue();
-            (
-                std::mem::take(&mut s.queue),
-                s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
-            )
-        });
-        drop(dropped);
-        let exc = os_error(e);
-        let value = exc.value(py).clone().into_any().unbind();
-        self.fatal(py, exc, "Fatal write error on socket transport")?;
-        if let Some(w) = waiter {
-            w.call_method1(py, intern!(py, "set_exception"), (value,))?;
-        }
-        Ok(())
-    }
-
-    /// After a send: resume the protocol at the low mark; `true` once the queue is empty.
-    fn queue_drained(&self, py: Python<'_>) -> PyResult<bool> {
-        self.maybe_resume_protocol(py)?;
-        Ok(self.state.with(py, |s| s.queue.is_empty()))
-    }
-
-    /// The queue is empty: wake `loop.sendfile`'s waiter, then finish a `close()` or a
-    /// `write_eof()` made meanwhile.
-    fn finish_writes(&self, py: Python<'_>) -> PyResult<()> {
-        let (waiter, closing, eof) = self.state.with(py, |s| {
-            (
-                s.empty_waiter.as_ref().map(|w| w.clone_ref(py)),
-                s.base.closing,
-                s.eof,
-            )
-        });
-        if let Some(w) = waiter {
-            w.call_method1(py, intern!(py, "set_result"), (py.None(),))?;
-        }
-        if closing {
-            self.connection_lost_now(py)?;
-        } else if eof {
-            sock::shutdown_write(self.fd).map_err(|e| os_error(&e))?;
-        }
-        Ok(())
-    }
-
-    /// Ring mode: make sure `_flush` runs before the next wait (unless a send is in flight:
-    /// its completion schedules the next).
-    fn schedule_flush(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let go = self.state.with(py, |s| {
-            if s.flush_scheduled || s.send_token.is_some() {
-                return false;
-            }
-            s.flush_scheduled = true;
-            true
-        });
-        if go {
-            let flush = slf.getattr(intern!(py, "_flush"))?.unbind();
-            self.loop_.get().mark_dirty(py, flush);
-        }
-        Ok(())
-    }
-
-    fn queue_rest(
-        &self,
-        py: Python<'_>,
-        bytes: Option<&Bound<'_, PyBytes>>,
-        view: &[u8],
-        sent: usize,
-    ) {
-        match bytes {
-            Some(b) => self.queue(py, Chunk::Shared(b.clone().unbind()), sent),
-            None => self.queue(py, Chunk::Owned(view[sent..].to_vec()), 0),
-        }
     }
 }
