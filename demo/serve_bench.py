@@ -9,7 +9,10 @@ each with wrk over loopback: requests/s, p50/p99 latency, the server's peak memo
 Each (repeat, route) serves every loop once, interleaved (A B C A B C), each in a fresh
 ``uvicorn app:app --loop ...`` process; wrk (one thread, ``--connections`` keep-alive
 connections) warms the server up, then measures. The table shows medians over the
-repeats and the ratio to uvloop; JSON and a PNG chart (if matplotlib is installed) go to
+repeats, the ratio of the medians to uvloop's and the median of the ratios within each
+repeat (the loops of one repeat run back to back, so that ratio cancels a slow phase of a
+shared machine). ``--loops`` may add ``rsloop-ringsend`` (rsloop with
+``RSLOOP_URING_SEND=1``); JSON and a PNG chart (if matplotlib is installed) go to
 bench/results/. wrk is installed from Debian's packages if missing (apt-get). Linux only.
 """
 
@@ -35,7 +38,10 @@ LOOPS = {
     "asyncio": "asyncio",
     "uvloop": "uvloop",
     "rsloop": "rsloop:new_event_loop",
+    # rsloop with the opt-in io_uring send path (docs/backends.md), to measure it alone.
+    "rsloop-ringsend": "rsloop:new_event_loop",
 }
+LOOP_ENV = {"rsloop-ringsend": {"RSLOOP_URING_SEND": "1"}}
 ROUTES = {"json": "/json", "text": "/text", "fanout": "/fanout?n=10"}
 START_S = 30.0
 
@@ -73,7 +79,10 @@ def start_server(loop: str, python: str) -> tuple[subprocess.Popen, int]:
         "--log-level", "warning", "--no-access-log",
     ]  # fmt: skip
     # cwd outside the repo: `import rsloop` finds the installed package, not the source.
-    proc = subprocess.Popen(cmd, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = dict(os.environ, **LOOP_ENV.get(loop, {}))
+    proc = subprocess.Popen(
+        cmd, cwd="/", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -150,7 +159,7 @@ def measure(args, wrk: str, loop: str, route: str) -> dict:
 
 
 def loop_available(loop: str, python: str) -> str | None:
-    module = {"asyncio": "asyncio", "uvloop": "uvloop", "rsloop": "rsloop"}[loop]
+    module = loop.split("-")[0]
     probe = subprocess.run(
         [python, "-c", f"import {module}, uvicorn, fastapi"],
         cwd="/",
@@ -163,7 +172,7 @@ def loop_available(loop: str, python: str) -> str | None:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--loops", default=",".join(LOOPS), help="comma-separated, from " + ",".join(LOOPS)
+        "--loops", default="asyncio,uvloop,rsloop", help="comma-separated, from " + ",".join(LOOPS)
     )
     p.add_argument(
         "--routes", default="json,text", help="comma-separated, from " + ",".join(ROUTES)
@@ -175,6 +184,8 @@ def parse_args(argv=None):
     p.add_argument("--python", default=sys.executable, help="interpreter for the servers")
     p.add_argument("--no-chart", action="store_true")
     a = p.parse_args(argv)
+    if os.sep in a.python:  # the servers run with cwd="/": a relative path would miss
+        a.python = os.path.abspath(a.python)
     a.loops = [x for x in a.loops.split(",") if x]
     a.routes = [x for x in a.routes.split(",") if x]
     for x in a.loops:
@@ -196,10 +207,12 @@ def summarize(args, raw: dict) -> tuple[list[str], dict]:
     table: dict = {}
     lines = [
         f"FastAPI (demo/app.py) under uvicorn, wrk -t1 -c{args.connections} -d{args.duration:g}s "
-        f"over loopback; medians of {args.repeat} server processes per cell.",
+        f"over loopback; medians of {args.repeat} server processes per cell; paired: the "
+        "median over repeats of the ratio within one repeat; spread: (max - min) / median.",
         "",
-        "| route | loop | requests/s | ×uvloop | p50 ms | p99 ms | peak RSS MiB |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| route | loop | requests/s | ×uvloop | paired ×uvloop | spread | p50 ms | p99 ms "
+        "| peak RSS MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for route in args.routes:
         row = {}
@@ -218,16 +231,26 @@ def summarize(args, raw: dict) -> tuple[list[str], dict]:
                 / statistics.median(r["rps"] for r in ok),
                 "failed_runs": len(runs) - len(ok),
             }
+            # Each repeat serves the loops back to back: the ratio within one repeat cancels
+            # a slow phase of a shared machine, which the ratio of medians still carries.
+            pairs = [
+                r["rps"] / u["rps"]
+                for r, u in zip(runs, raw[route].get("uvloop", []), strict=False)
+                if "rps" in r and "rps" in u
+            ]
+            row[loop]["paired_ratio"] = statistics.median(pairs) if pairs else None
         base = row.get("uvloop", {}).get("rps")
         for loop in args.loops:
             s = row[loop]
             if "rps" not in s:
-                lines.append(f"| /{route} | {loop} | n/a ({s['missing']}) | | | | |")
+                lines.append(f"| /{route} | {loop} | n/a ({s['missing']}) | | | | | | |")
                 continue
             ratio = f"{s['rps'] / base:.2f}×" if base else "–"
+            paired = f"{s['paired_ratio']:.2f}×" if s["paired_ratio"] else "–"
             lines.append(
-                f"| /{route} | {loop} | {s['rps']:,.0f} | {ratio} | {fmt_ms(s['p50_ms'])} | "
-                f"{fmt_ms(s['p99_ms'])} | {s['peak_rss_mib']:.1f} |"
+                f"| /{route} | {loop} | {s['rps']:,.0f} | {ratio} | {paired} | "
+                f"{100 * s['spread']:.0f} % | "
+                f"{fmt_ms(s['p50_ms'])} | {fmt_ms(s['p99_ms'])} | {s['peak_rss_mib']:.1f} |"
             )
         table[route] = row
     return lines, table

@@ -64,6 +64,47 @@ def test_serve_bench_parses_wrk():
     }
 
 
+def _serve_bench():
+    sys.path.insert(0, str(DEMO))
+    try:
+        import serve_bench
+    finally:
+        sys.path.remove(str(DEMO))
+    return serve_bench
+
+
+def test_serve_bench_pairs_runs_of_one_repeat():
+    sb = _serve_bench()
+    args = sb.parse_args(["--loops", "uvloop,rsloop", "--routes", "json", "--repeat", "3"])
+
+    def run(rps):
+        return {"rps": rps, "p50_ms": 1.0, "p99_ms": 2.0, "peak_rss_mib": 40.0}
+
+    # The machine slows down for a while (uvloop's third run, rsloop's first and third):
+    # the ratio of the medians says 0.55, the ratios within each repeat 0.55, 1.1 and 1.1.
+    raw = {
+        "json": {
+            "uvloop": [run(10_000), run(10_000), run(5_000)],
+            "rsloop": [run(5_500), run(11_000), run(5_500)],
+        }
+    }
+    _, table = sb.summarize(args, raw)
+    assert table["json"]["rsloop"]["rps"] / table["json"]["uvloop"]["rps"] == pytest.approx(0.55)
+    assert table["json"]["rsloop"]["paired_ratio"] == pytest.approx(1.1)
+    assert table["json"]["uvloop"]["paired_ratio"] == pytest.approx(1.0)
+    # A failed run pairs with nothing.
+    raw["json"]["rsloop"][1] = {"error": "boom"}
+    _, table = sb.summarize(args, raw)
+    assert table["json"]["rsloop"]["paired_ratio"] == pytest.approx((0.55 + 1.1) / 2)
+
+
+def test_serve_bench_python_path_is_made_absolute():
+    sb = _serve_bench()
+    args = sb.parse_args(["--python", os.path.join("venv", "bin", "python")])
+    assert os.path.isabs(args.python)
+    assert sb.parse_args(["--python", "python3"]).python == "python3"  # found on PATH
+
+
 def test_serve_bench_end_to_end(tmp_path):
     import shutil
 
