@@ -5,6 +5,7 @@ pub mod core;
 pub mod driver;
 pub mod errors;
 pub mod handles;
+pub mod intmap;
 pub mod py;
 pub mod sys;
 pub mod timers;

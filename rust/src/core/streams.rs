@@ -9,7 +9,7 @@
 //! errors (`-errno`) reach the callback as an `int`. A multishot receive the kernel ends
 //! while the transport still reads (buffers ran out, or it just stopped) is re-armed here.
 
-use std::collections::HashMap;
+use crate::intmap::IntMap;
 
 use pyo3::prelude::*;
 
@@ -41,12 +41,12 @@ pub enum Action {
 /// The table of multishot receives, and of the transports' sends (io_uring).
 #[derive(Default)]
 pub struct Streams {
-    by_token: HashMap<Token, Recv>,
+    by_token: IntMap<Token, Recv>,
     next: Token,
     to_arm: Vec<Token>,
     to_cancel: Vec<Token>,
     /// Sends in flight: token -> the transport's completion callback.
-    sends: HashMap<Token, Py<PyAny>>,
+    sends: IntMap<Token, Py<PyAny>>,
     /// Sends to submit at the next flush: (token, fd, msghdr address).
     to_send: Vec<(Token, i32, usize)>,
     /// Transports that wrote this iteration: their flush callbacks, run just before the

@@ -7,7 +7,7 @@
 //! kernel at the next wait, after the callback ran, so a callback that did not drain the fd
 //! is called again, and one that did is not.
 
-use std::collections::HashMap;
+use crate::intmap::IntMap;
 
 use pyo3::prelude::*;
 
@@ -66,8 +66,8 @@ impl DriverWork {
 /// The table of fd watchers.
 #[derive(Default)]
 pub struct Watchers {
-    by_fd: HashMap<i32, [Option<Watch>; 2]>,
-    by_token: HashMap<Token, (i32, Side)>,
+    by_fd: IntMap<i32, [Option<Watch>; 2]>,
+    by_token: IntMap<Token, (i32, Side)>,
     work: DriverWork,
     /// fd/side pairs that need an arm at the next flush (tokens assigned then).
     to_arm: Vec<(i32, Side)>,

@@ -7,7 +7,7 @@
 // Off Unix the driver refuses fds before they reach this table.
 #![cfg_attr(not(unix), allow(dead_code))]
 
-use std::collections::HashMap;
+use crate::intmap::IntMap;
 
 use crate::driver::op::{Completion, Interest, RawFd, Token};
 
@@ -65,8 +65,8 @@ pub(super) enum Change {
 /// fd → pending ops, with a token index and a dirty list.
 #[derive(Debug, Default)]
 pub(super) struct Sources {
-    fds: HashMap<RawFd, FdState>,
-    tokens: HashMap<Token, RawFd>,
+    fds: IntMap<RawFd, FdState>,
+    tokens: IntMap<Token, RawFd>,
     dirty: Vec<RawFd>,
 }
 

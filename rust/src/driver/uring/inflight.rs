@@ -6,7 +6,7 @@
 //! internal tokens (at the top of `u64`) whatever tokens the caller picks, and a stale cancel
 //! aimed at a slot that was freed and reused finds nothing (the generation moved on).
 
-use std::collections::HashMap;
+use crate::intmap::IntMap;
 
 use crate::driver::op::{Interest, RawFd, Token};
 
@@ -42,7 +42,7 @@ struct Slot {
 pub(super) struct Inflight {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    by_token: HashMap<Token, u64>,
+    by_token: IntMap<Token, u64>,
     /// Multishot receives in flight (their buffers must outlive them).
     recvs: usize,
 }
