@@ -29,10 +29,6 @@ use crate::timers::should_compact;
 /// before a wait that a cross-thread post ends a moment later.
 const IDLE_SECS: f64 = 1.0;
 
-/// What the stream transports hand the driver at a flush: ((receives to arm, receive and
-/// send cancels), sends to submit).
-type StreamWork = ((Vec<(Token, i32)>, Vec<Token>), Vec<(Token, i32, usize)>);
-
 /// Scratch space reused across iterations of one `run_forever`.
 #[derive(Default)]
 pub struct Scratch {
@@ -44,6 +40,13 @@ pub struct Scratch {
     sent: Vec<Completion>,
     batch: VecDeque<Py<Handle>>,
     to_drop: Vec<Py<PyAny>>,
+    /// This iteration's driver work, moved out of the tables and drained by the flush;
+    /// the vectors trade places with the tables' own, so a steady loop allocates none.
+    work: DriverWork,
+    recv_arm: Vec<(Token, i32)>,
+    recv_cancel: Vec<Token>,
+    sends: Vec<(Token, i32, usize)>,
+    dirty: Vec<Py<PyAny>>,
     /// An empty context left by a finished callback that nobody else references: the next
     /// callback scheduled from an empty context runs in it (see `LoopCore::recycle`).
     spare_context: Option<Py<PyAny>>,
@@ -122,22 +125,18 @@ impl LoopCore {
         scratch: &mut Scratch,
     ) -> PyResult<()> {
         self.stats.iterations.add(1);
-        self.flush_transports(py);
+        self.flush_transports(py, &mut scratch.dirty);
         // The clock is read outside the cell: on some platforms it calls into Python.
-        let (now_due, next_deadline, work, recv_work, sends, polls_in_flight) =
-            self.queues.with(py, |q| {
-                self.drop_cancelled_timers(py, q, scratch);
-                let now_due = !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed);
-                let next = q.timers.peek().map(|(when, _)| when);
-                (
-                    now_due,
-                    next,
-                    q.watchers.take_work(),
-                    q.streams.take_work(),
-                    q.streams.take_sends(),
-                    q.watchers.in_flight() + q.streams.len(),
-                )
-            });
+        let (now_due, next_deadline, polls_in_flight) = self.queues.with(py, |q| {
+            self.drop_cancelled_timers(py, q, scratch);
+            let now_due = !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed);
+            let next = q.timers.peek().map(|(when, _)| when);
+            q.watchers.take_work(&mut scratch.work);
+            q.streams
+                .take_work(&mut scratch.recv_arm, &mut scratch.recv_cancel);
+            q.streams.take_sends(&mut scratch.sends);
+            (now_due, next, q.watchers.in_flight() + q.streams.len())
+        });
         // Zero if anything is ready or we are stopping, else until the next timer.
         let mut timeout = if now_due {
             Some(0.0)
@@ -147,10 +146,10 @@ impl LoopCore {
         // Nothing to submit, nothing that could complete and no reason to sleep: the
         // driver has nothing to say this iteration (a call_soon chain never touches it).
         let driver_idle = timeout == Some(0.0)
-            && work.is_empty()
-            && recv_work.0.is_empty()
-            && recv_work.1.is_empty()
-            && sends.is_empty()
+            && scratch.work.is_empty()
+            && scratch.recv_arm.is_empty()
+            && scratch.recv_cancel.is_empty()
+            && scratch.sends.is_empty()
             && polls_in_flight == 0;
         let idle_watch = timeout.is_none_or(|t| t > IDLE_SECS) && self.freelists_above_idle(py);
         if idle_watch {
@@ -160,7 +159,7 @@ impl LoopCore {
         let waited = if driver_idle {
             false
         } else {
-            self.poll_driver(py, &mut timeout, work, (recv_work, sends), scratch)?
+            self.poll_driver(py, &mut timeout, scratch)?
         };
         if wait_started.is_some_and(|t0| t0.elapsed().as_secs_f64() >= IDLE_SECS) {
             self.trim_freelists(py);
@@ -188,7 +187,7 @@ impl LoopCore {
             // after this wait's completions and timers are safely queued (a handler that
             // raises must not lose them: they are one-shot, unlike a selector's readiness).
             if let Err(e) = py.check_signals() {
-                drop(std::mem::take(&mut scratch.to_drop));
+                scratch.to_drop.clear();
                 return Err(e);
             }
         }
@@ -196,7 +195,7 @@ impl LoopCore {
             std::mem::swap(&mut scratch.batch, &mut q.ready);
             q.watchers.batch_started();
         });
-        drop(std::mem::take(&mut scratch.to_drop));
+        scratch.to_drop.clear();
         self.run_ready(py, loop_obj, scratch)
     }
 
@@ -238,16 +237,17 @@ impl LoopCore {
         &self,
         py: Python<'_>,
         timeout: &mut Option<f64>,
-        work: DriverWork,
-        stream_work: StreamWork,
         scratch: &mut Scratch,
     ) -> PyResult<bool> {
         let mut slot = lock(&self.driver);
         let Some(driver) = slot.as_mut() else {
+            scratch.work.clear();
+            scratch.recv_arm.clear();
+            scratch.recv_cancel.clear();
+            scratch.sends.clear();
             return Ok(false);
         };
-        let ((recv_arm, recv_cancel), sends) = stream_work;
-        for (token, fd, msg) in sends {
+        for (token, fd, msg) in scratch.sends.drain(..) {
             if let Err(e) = driver.submit(token, Op::SendMsg { fd, msg }) {
                 // The transport hears the error as the send's result.
                 let code = crate::sys::error_code(&e).unwrap_or(libc::EIO);
@@ -257,10 +257,10 @@ impl LoopCore {
                 });
             }
         }
-        for token in recv_cancel {
+        for token in scratch.recv_cancel.drain(..) {
             let _ = driver.cancel(token);
         }
-        for (token, fd) in recv_arm {
+        for (token, fd) in scratch.recv_arm.drain(..) {
             if let Err(e) = driver.submit(token, Op::RecvMulti { fd }) {
                 let transient = queue_full(&e);
                 if transient {
@@ -276,12 +276,12 @@ impl LoopCore {
                 }
             }
         }
-        for token in work.cancel {
+        for token in scratch.work.cancel.drain(..) {
             // A cancel the driver could not queue only means the poll completes normally
             // later; its token is already forgotten, so that completion is ignored.
             let _ = driver.cancel(token);
         }
-        for (token, fd, side) in work.arm {
+        for (token, fd, side) in scratch.work.arm.drain(..) {
             let op = Op::Poll {
                 fd,
                 interest: side.interest(),
@@ -347,9 +347,9 @@ impl LoopCore {
 
     // Transports that wrote during the last batch build their one vectored send each; the
     // sends go out with this iteration's wait.
-    fn flush_transports(&self, py: Python<'_>) {
-        let dirty = self.queues.with(py, |q| q.streams.take_dirty());
-        for flush in dirty {
+    fn flush_transports(&self, py: Python<'_>, dirty: &mut Vec<Py<PyAny>>) {
+        self.queues.with(py, |q| q.streams.take_dirty(dirty));
+        for flush in dirty.drain(..) {
             if let Err(e) = flush.call0(py) {
                 e.write_unraisable(py, Some(flush.bind(py)));
             }

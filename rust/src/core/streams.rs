@@ -80,9 +80,10 @@ impl Streams {
         self.dirty.push(flush);
     }
 
-    /// The flush callbacks of this iteration.
-    pub fn take_dirty(&mut self) -> Vec<Py<PyAny>> {
-        std::mem::take(&mut self.dirty)
+    /// Moves the flush callbacks of this iteration into `into` (left empty by the caller;
+    /// the vectors trade places, as in `take_work`).
+    pub fn take_dirty(&mut self, into: &mut Vec<Py<PyAny>>) {
+        std::mem::swap(&mut self.dirty, into);
     }
 
     /// Queues one send of the header at `msg` on `fd`; `callback(result)` hears the end.
@@ -101,9 +102,9 @@ impl Streams {
         }
     }
 
-    /// The sends to submit.
-    pub fn take_sends(&mut self) -> Vec<(Token, i32, usize)> {
-        std::mem::take(&mut self.to_send)
+    /// Moves the sends to submit into `into` (left empty by the caller).
+    pub fn take_sends(&mut self, into: &mut Vec<(Token, i32, usize)>) {
+        std::mem::swap(&mut self.to_send, into);
     }
 
     /// A send completed: its callback.
@@ -142,10 +143,10 @@ impl Streams {
         self.by_token.remove(&token).map(|r| r.callback)
     }
 
-    /// (receives to arm as (token, fd), tokens to cancel) since the last flush.
-    pub fn take_work(&mut self) -> (Vec<(Token, i32)>, Vec<Token>) {
-        let mut arm = Vec::new();
-        for token in std::mem::take(&mut self.to_arm) {
+    /// Receives to arm as (token, fd) and tokens to cancel since the last flush, moved
+    /// into `arm` and `cancel` (left empty by the caller).
+    pub fn take_work(&mut self, arm: &mut Vec<(Token, i32)>, cancel: &mut Vec<Token>) {
+        for token in self.to_arm.drain(..) {
             if let Some(r) = self.by_token.get_mut(&token) {
                 if !r.armed {
                     r.armed = true;
@@ -153,7 +154,7 @@ impl Streams {
                 }
             }
         }
-        (arm, std::mem::take(&mut self.to_cancel))
+        std::mem::swap(&mut self.to_cancel, cancel);
     }
 
     /// Only the cancels (see `LoopCore::submit_cancels`).

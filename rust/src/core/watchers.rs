@@ -61,6 +61,12 @@ impl DriverWork {
     pub fn is_empty(&self) -> bool {
         self.arm.is_empty() && self.cancel.is_empty()
     }
+
+    /// Forgets it all, keeping the vectors' capacity.
+    pub fn clear(&mut self) {
+        self.arm.clear();
+        self.cancel.clear();
+    }
 }
 
 /// The table of fd watchers.
@@ -161,23 +167,34 @@ impl Watchers {
             .map(|w| w.handle.clone_ref(py))
     }
 
-    /// Takes the driver work accumulated since the last flush, assigning fresh tokens.
-    pub fn take_work(&mut self) -> DriverWork {
-        for (fd, side) in std::mem::take(&mut self.to_arm) {
-            let Some(w) = self.by_fd.get_mut(&fd).and_then(|e| e[slot(side)].as_mut()) else {
+    /// Moves the driver work accumulated since the last flush into `into`, which the
+    /// caller emptied, assigning fresh tokens. The two sets of vectors trade places, so
+    /// neither side allocates once they have grown to the loop's usual size.
+    pub fn take_work(&mut self, into: &mut DriverWork) {
+        debug_assert!(into.is_empty());
+        let Self {
+            by_fd,
+            by_token,
+            work,
+            to_arm,
+            next_token,
+            ..
+        } = self;
+        for (fd, side) in to_arm.drain(..) {
+            let Some(w) = by_fd.get_mut(&fd).and_then(|e| e[slot(side)].as_mut()) else {
                 continue;
             };
             if !w.pending || w.armed.is_some() {
                 continue;
             }
             w.pending = false;
-            self.next_token += 1;
-            let token = self.next_token;
+            *next_token += 1;
+            let token = *next_token;
             w.armed = Some(token);
-            self.by_token.insert(token, (fd, side));
-            self.work.arm.push((token, fd, side));
+            by_token.insert(token, (fd, side));
+            work.arm.push((token, fd, side));
         }
-        std::mem::take(&mut self.work)
+        std::mem::swap(work, into);
     }
 
     /// Takes only the cancels waiting for the next flush (see `LoopCore::submit_cancels`).
@@ -248,7 +265,7 @@ impl Watchers {
     pub fn rearm_all(&mut self) {
         self.by_token.clear();
         self.rearm_after_batch.clear();
-        self.work = DriverWork::default();
+        self.work.clear();
         for (fd, entry) in self.by_fd.iter_mut() {
             for (i, w) in entry.iter_mut().enumerate() {
                 if let Some(w) = w {
@@ -274,7 +291,7 @@ impl Watchers {
         self.by_token.clear();
         self.rearm_after_batch.clear();
         self.to_arm.clear();
-        self.work = DriverWork::default();
+        self.work.clear();
         self.by_fd
             .drain()
             .flat_map(|(_, e)| e.into_iter().flatten())
