@@ -255,6 +255,67 @@ def call_soon_threadsafe(loop, n):
     return n, dt
 
 
+# 7b. Protocol echo over a socket pair ------------------------------------------------------
+ECHO_SIZE = 1024
+
+
+def socket_echo(loop, n):
+    """A client Protocol writes ECHO_SIZE bytes, a server Protocol on the other end of a
+    connected socket pair writes them back, ``n`` round trips, both ends on this loop
+    (``create_connection(sock=)`` and ``connect_accepted_socket``). Measures a transport's
+    receive into ``data_received``, ``write`` and the readiness or completion path; not a
+    network benchmark (``bench/net.py`` is), but steady enough to count instructions."""
+    import socket
+
+    msg = b"x" * ECHO_SIZE
+    done = loop.create_future()
+    left = [n]
+
+    class Server(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.write = transport.write
+
+        def data_received(self, data):
+            self.write(data)
+
+    class Client(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+            self.got = 0
+
+        def data_received(self, data):
+            self.got += len(data)
+            if self.got < ECHO_SIZE:
+                return
+            if self.got > ECHO_SIZE:
+                raise AssertionError(f"socket_echo: {self.got} bytes back, sent {ECHO_SIZE}")
+            self.got = 0
+            left[0] -= 1
+            if left[0]:
+                self.transport.write(msg)
+            elif not done.done():
+                done.set_result(None)
+
+    a, b = socket.socketpair()
+
+    async def setup():
+        server, _ = await loop.connect_accepted_socket(Server, b)
+        client, proto = await loop.create_connection(Client, sock=a)
+        return server, client, proto
+
+    server, client, _ = loop.run_until_complete(setup())
+    t0 = _start()
+    client.write(msg)
+    loop.run_until_complete(done)
+    dt = _stop(t0)
+    client.close()
+    server.close()
+    loop.run_until_complete(asyncio.sleep(0))
+    if left[0]:
+        raise AssertionError(f"socket_echo: {left[0]} round trips missing")
+    return n, dt
+
+
 # 8. subprocess spawn and wait -------------------------------------------------------------
 TRUE = "/bin/true"
 ECHO = "/bin/echo"
@@ -316,6 +377,7 @@ WORKLOADS = {
     "gather_tasks": (gather_tasks, 60_000, 15_000),
     "future_pingpong": (future_pingpong, 50_000, 12_000),
     "call_soon_threadsafe": (call_soon_threadsafe, 100_000, 25_000),
+    "socket_echo": (socket_echo, 50_000, 12_000),
     "subprocess_wait": (subprocess_wait, 500, 150),
     "subprocess_communicate": (subprocess_communicate, 500, 150),
 }
