@@ -8,7 +8,7 @@
 #![cfg(unix)]
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -82,6 +82,24 @@ fn pair() -> (UnixStream, UnixStream) {
     a.set_nonblocking(true).unwrap();
     b.set_nonblocking(true).unwrap();
     (a, b)
+}
+
+/// A socket pair whose first end has an fd number of at least `min`, far above the ones
+/// tests running in parallel get (the lowest free ones): once closed, that number stays
+/// free, where a closed low number can be taken at once by another thread's `pair()`.
+/// Each test passes its own `min`, so two such tests never share a number either.
+fn pair_with_high_fd(min: RawFd) -> (UnixStream, UnixStream) {
+    let (a, b) = pair();
+    // SAFETY: duplicates an fd we own; the result is checked and owned by the OwnedFd below.
+    let high = unsafe { libc::fcntl(a.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+    assert!(
+        high >= min,
+        "F_DUPFD_CLOEXEC: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `high` is a fresh descriptor nothing else owns.
+    let owned = unsafe { OwnedFd::from_raw_fd(high) };
+    (UnixStream::from(owned), b)
 }
 
 fn c(token: u64, result: i32) -> Completion {
@@ -341,7 +359,7 @@ fn hangup_wakes_reader_and_writer() {
 #[test]
 fn closed_fd_errors_or_completes_with_ebadf() {
     each(|name, d| {
-        let (a, _b) = pair();
+        let (a, _b) = pair_with_high_fd(900);
         let fd = a.as_raw_fd();
         drop(a);
         for (token, fd) in [(1, fd), (2, -1)] {
@@ -360,7 +378,7 @@ fn closed_fd_errors_or_completes_with_ebadf() {
 #[test]
 fn fd_closed_while_known_to_driver_never_hangs() {
     each(|name, d| {
-        let (a, _b) = pair();
+        let (a, _b) = pair_with_high_fd(950);
         let fd = a.as_raw_fd();
         d.submit(1, poll(fd, W)).unwrap();
         assert_eq!(collect(d, 1), vec![c(1, 2)], "{name}");
