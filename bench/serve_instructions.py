@@ -28,7 +28,10 @@ import time
 from pathlib import Path
 
 DEMO = Path(__file__).resolve().parent.parent / "demo"
-LOOPS = {"asyncio": "asyncio", "uvloop": "uvloop", "rsloop": "rsloop:new_event_loop"}
+sys.path.insert(0, str(DEMO))
+
+# The timed demo's loops (uvicorn --loop values, per-loop environment) and port picker.
+from serve_bench import LOOP_ENV, LOOPS, free_port  # noqa: E402
 
 
 async def _one_connection(port: int, path: str, n: int) -> int:
@@ -75,12 +78,6 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float) -> None:
     raise RuntimeError("server did not start listening under valgrind")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def measure(loop: str, args) -> float:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,7 +89,10 @@ def measure(loop: str, args) -> float:
             "--log-level", "warning", "--no-access-log",
         ]  # fmt: skip
         # cwd outside the repo: `import rsloop` finds the installed package.
-        proc = subprocess.Popen(cmd, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env = dict(os.environ, **LOOP_ENV.get(loop, {}))
+        proc = subprocess.Popen(
+            cmd, cwd="/", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         try:
             wait_listening(port, proc, args.timeout)
             load(port, args.path, args.warmup, args.connections)
