@@ -30,8 +30,8 @@ from pathlib import Path
 DEMO = Path(__file__).resolve().parent.parent / "demo"
 sys.path.insert(0, str(DEMO))
 
-# The timed demo's loops (uvicorn --loop values, per-loop environment) and port picker.
-from serve_bench import LOOP_ENV, LOOPS, free_port  # noqa: E402
+# The timed demo's loops, port picker and server command.
+from serve_bench import LOOPS, free_port, spawn_server  # noqa: E402
 
 
 async def _one_connection(port: int, path: str, n: int) -> int:
@@ -82,17 +82,8 @@ def measure(loop: str, args) -> float:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
-        cmd = [
-            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-            args.python, "-m", "uvicorn", "app:app", "--app-dir", str(DEMO),
-            "--host", "127.0.0.1", "--port", str(port), "--loop", LOOPS[loop],
-            "--log-level", "warning", "--no-access-log",
-        ]  # fmt: skip
-        # cwd outside the repo: `import rsloop` finds the installed package.
-        env = dict(os.environ, **LOOP_ENV.get(loop, {}))
-        proc = subprocess.Popen(
-            cmd, cwd="/", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        wrapper = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
+        proc = spawn_server(loop, args.python, port, wrapper)
         try:
             wait_listening(port, proc, args.timeout)
             load(port, args.path, args.warmup, args.connections)

@@ -71,18 +71,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(loop: str, python: str) -> tuple[subprocess.Popen, int]:
-    port = free_port()
+def spawn_server(loop: str, python: str, port: int, wrapper: tuple = ()) -> subprocess.Popen:
+    """uvicorn serving demo/app.py on ``loop`` at 127.0.0.1:``port``, run under
+    ``wrapper`` (a command prefix such as valgrind's) if given; not waited for."""
     cmd = [
-        python, "-m", "uvicorn", "app:app", "--app-dir", str(HERE),
+        *wrapper, python, "-m", "uvicorn", "app:app", "--app-dir", str(HERE),
         "--host", "127.0.0.1", "--port", str(port), "--loop", LOOPS[loop],
         "--log-level", "warning", "--no-access-log",
     ]  # fmt: skip
     # cwd outside the repo: `import rsloop` finds the installed package, not the source.
     env = dict(os.environ, **LOOP_ENV.get(loop, {}))
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         cmd, cwd="/", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
+
+
+def start_server(loop: str, python: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = spawn_server(loop, python, port)
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
