@@ -316,6 +316,61 @@ def socket_echo(loop, n):
     return n, dt
 
 
+def stream_echo(loop, n):
+    """As socket_echo, but the server end is asyncio's streams
+    (``asyncio.open_connection(sock=)``; ``await reader.read()``, ``writer.write()``,
+    ``await writer.drain()`` in a task), the way ``asyncio.start_server`` handlers are
+    written. The difference to socket_echo is what the streams layer costs a round trip."""
+    import socket
+
+    msg = b"x" * ECHO_SIZE
+    done = loop.create_future()
+    left = [n]
+
+    class Client(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+            self.got = 0
+
+        def data_received(self, data):
+            self.got += len(data)
+            if self.got < ECHO_SIZE:
+                return
+            if self.got > ECHO_SIZE:
+                raise AssertionError(f"stream_echo: {self.got} bytes back, sent {ECHO_SIZE}")
+            self.got = 0
+            left[0] -= 1
+            if left[0]:
+                self.transport.write(msg)
+            elif not done.done():
+                done.set_result(None)
+
+    async def serve(reader, writer):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    a, b = socket.socketpair()
+
+    async def setup():
+        reader, writer = await asyncio.open_connection(sock=b)
+        server = loop.create_task(serve(reader, writer))
+        client, _ = await loop.create_connection(Client, sock=a)
+        return server, client
+
+    server, client = loop.run_until_complete(setup())
+    t0 = _start()
+    client.write(msg)
+    loop.run_until_complete(done)
+    dt = _stop(t0)
+    client.close()
+    loop.run_until_complete(server)
+    if left[0]:
+        raise AssertionError(f"stream_echo: {left[0]} round trips missing")
+    return n, dt
+
+
 # 8. subprocess spawn and wait -------------------------------------------------------------
 TRUE = "/bin/true"
 ECHO = "/bin/echo"
@@ -378,6 +433,7 @@ WORKLOADS = {
     "future_pingpong": (future_pingpong, 50_000, 12_000),
     "call_soon_threadsafe": (call_soon_threadsafe, 100_000, 25_000),
     "socket_echo": (socket_echo, 50_000, 12_000),
+    "stream_echo": (stream_echo, 40_000, 10_000),
     "subprocess_wait": (subprocess_wait, 500, 150),
     "subprocess_communicate": (subprocess_communicate, 500, 150),
 }
