@@ -259,6 +259,31 @@ def call_soon_threadsafe(loop, n):
 ECHO_SIZE = 1024
 
 
+def _echo_client(workload: str, msg: bytes, left: list, done):
+    """The client Protocol of the echo workloads: writes ``msg``, waits for all of it to
+    come back, and again until ``left[0]`` round trips are done, then resolves ``done``."""
+
+    class Client(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+            self.got = 0
+
+        def data_received(self, data):
+            self.got += len(data)
+            if self.got < len(msg):
+                return
+            if self.got > len(msg):
+                raise AssertionError(f"{workload}: {self.got} bytes back, sent {len(msg)}")
+            self.got = 0
+            left[0] -= 1
+            if left[0]:
+                self.transport.write(msg)
+            elif not done.done():
+                done.set_result(None)
+
+    return Client
+
+
 def socket_echo(loop, n):
     """A client Protocol writes ECHO_SIZE bytes, a server Protocol on the other end of a
     connected socket pair writes them back, ``n`` round trips, both ends on this loop
@@ -278,23 +303,7 @@ def socket_echo(loop, n):
         def data_received(self, data):
             self.write(data)
 
-    class Client(asyncio.Protocol):
-        def connection_made(self, transport):
-            self.transport = transport
-            self.got = 0
-
-        def data_received(self, data):
-            self.got += len(data)
-            if self.got < ECHO_SIZE:
-                return
-            if self.got > ECHO_SIZE:
-                raise AssertionError(f"socket_echo: {self.got} bytes back, sent {ECHO_SIZE}")
-            self.got = 0
-            left[0] -= 1
-            if left[0]:
-                self.transport.write(msg)
-            elif not done.done():
-                done.set_result(None)
+    Client = _echo_client("socket_echo", msg, left, done)
 
     a, b = socket.socketpair()
 
@@ -327,23 +336,7 @@ def stream_echo(loop, n):
     done = loop.create_future()
     left = [n]
 
-    class Client(asyncio.Protocol):
-        def connection_made(self, transport):
-            self.transport = transport
-            self.got = 0
-
-        def data_received(self, data):
-            self.got += len(data)
-            if self.got < ECHO_SIZE:
-                return
-            if self.got > ECHO_SIZE:
-                raise AssertionError(f"stream_echo: {self.got} bytes back, sent {ECHO_SIZE}")
-            self.got = 0
-            left[0] -= 1
-            if left[0]:
-                self.transport.write(msg)
-            elif not done.done():
-                done.set_result(None)
+    Client = _echo_client("stream_echo", msg, left, done)
 
     async def serve(reader, writer):
         while data := await reader.read(65536):
