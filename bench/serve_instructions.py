@@ -20,18 +20,16 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 DEMO = Path(__file__).resolve().parent.parent / "demo"
 sys.path.insert(0, str(DEMO))
 
-# The timed demo's loops, port picker and server command.
-from serve_bench import LOOPS, free_port, spawn_server  # noqa: E402
+# The timed demo's loops, port picker, server command and start-up wait.
+from serve_bench import LOOPS, free_port, spawn_server, wait_listening  # noqa: E402
 
 
 async def _one_connection(port: int, path: str, n: int) -> int:
@@ -65,19 +63,6 @@ def load(port: int, path: str, requests: int, connections: int) -> int:
     return asyncio.run(main())
 
 
-def wait_listening(port: int, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError("server did not start listening under valgrind")
-
-
 def measure(loop: str, args) -> float:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,7 +70,7 @@ def measure(loop: str, args) -> float:
         wrapper = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
         proc = spawn_server(loop, args.python, port, wrapper)
         try:
-            wait_listening(port, proc, args.timeout)
+            wait_listening(loop, proc, port, args.timeout)
             load(port, args.path, args.warmup, args.connections)
             subprocess.run(
                 ["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True

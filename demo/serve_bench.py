@@ -86,21 +86,28 @@ def spawn_server(loop: str, python: str, port: int, wrapper: tuple = ()) -> subp
     )
 
 
-def start_server(loop: str, python: str) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    proc = spawn_server(loop, python, port)
-    deadline = time.monotonic() + START_S
+def wait_listening(loop: str, proc: subprocess.Popen, port: int, timeout: float = START_S) -> None:
+    """Returns once the server ``spawn_server`` started accepts a connection; kills it and
+    raises RuntimeError if it exits or does not listen within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             err = proc.stderr.read().decode() if proc.stderr else ""
             raise RuntimeError(f"{loop}: uvicorn exited {proc.returncode}: {err[-2000:]}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, port
+                return
         except OSError:
             time.sleep(0.05)
     proc.kill()
     raise RuntimeError(f"{loop}: uvicorn did not start listening")
+
+
+def start_server(loop: str, python: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = spawn_server(loop, python, port)
+    wait_listening(loop, proc, port)
+    return proc, port
 
 
 def peak_rss_mib(pid: int) -> float | None:
