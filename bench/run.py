@@ -43,6 +43,7 @@ ALL_LOOPS = [
     "rsloop-multishot",
     "rsloop-ringsend",
     "rsloop-completion",
+    "rsloop-faststreams",
     "rsloop-base",
 ]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
@@ -54,6 +55,7 @@ OURS = (
     "rsloop-multishot",
     "rsloop-ringsend",
     "rsloop-completion",
+    "rsloop-faststreams",
     "rsloop-base",
 )
 # Loops whose children run another venv's interpreter: loop -> (option, venv beside the
@@ -189,6 +191,7 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
     python = args.python
     env.pop("RSLOOP_URING_RECV", None)
     env.pop("RSLOOP_URING_SEND", None)
+    env.pop("RSLOOP_FAST_STREAMS", None)
     if loop == "rsloop-poll":
         env["RSLOOP_BACKEND"] = "poll"
     elif loop == "rsloop-multishot":
@@ -203,6 +206,10 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
         # Both: the transports' I/O entirely as io_uring completions.
         env["RSLOOP_URING_RECV"] = "multishot"
         env["RSLOOP_URING_SEND"] = "1"
+    elif loop == "rsloop-faststreams":
+        # asyncio.open_connection / start_server hand out rsloop's native stream reader
+        # and writer (opt-in, rsloop/_streams.py).
+        env["RSLOOP_FAST_STREAMS"] = "1"
     if loop in VENV_LOOPS:
         python = getattr(args, _venv_attr(VENV_LOOPS[loop][0]))
     return [python, str(HERE / "_child.py"), loop, workload, str(n), str(warm)], env

@@ -26,7 +26,25 @@ __all__ = (
     "profile",
     "start_profile",
     "stop_profile",
+    "StreamReader",
+    "StreamWriter",
+    "open_connection",
+    "start_server",
+    "open_unix_connection",
+    "start_unix_server",
     "__version__",
+)
+
+# Fast streams (rsloop/_streams.py); asyncio's own where the native module is missing.
+_STREAM_NAMES = frozenset(
+    (
+        "StreamReader",
+        "StreamWriter",
+        "open_connection",
+        "start_server",
+        "open_unix_connection",
+        "start_unix_server",
+    )
 )
 
 
@@ -69,6 +87,14 @@ def __getattr__(name: str) -> Any:
         from ._loop import Loop
 
         return Loop
+    if name in _STREAM_NAMES:
+        if _backend.NATIVE_ERROR is not None:
+            import asyncio
+
+            return getattr(asyncio, name)
+        from . import _streams
+
+        return getattr(_streams, name)
     if name == "EventLoopPolicy":
         from ._policy import EventLoopPolicy
 

@@ -16,13 +16,16 @@ import traceback
 import warnings
 from asyncio import base_events, constants, coroutines, events, futures, tasks
 
-from . import _compat, _format
+from . import _compat, _format, _streams
 from ._net import NetMixin
 from ._rsloop import Loop as _NativeLoop
 from ._sock import SockMixin
 from ._unix import UnixMixin
 
 __all__ = ["Loop"]
+
+# RSLOOP_FAST_STREAMS=1: asyncio's stream functions build rsloop's reader and writer.
+_streams.install()
 
 
 def _run_until_complete_cb(fut):

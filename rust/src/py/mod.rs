@@ -6,6 +6,8 @@ pub mod loop_;
 mod sock;
 #[cfg(unix)]
 pub mod sockaddr;
+#[cfg(unix)]
+pub mod streams;
 mod support;
 
 use pyo3::prelude::*;
@@ -19,5 +21,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<crate::transports::stream::StreamCore>()?;
     #[cfg(unix)]
     m.add_class::<crate::transports::datagram::DatagramCore>()?;
+    #[cfg(unix)]
+    m.add_class::<streams::StreamOp>()?;
+    #[cfg(unix)]
+    m.add_class::<streams::StreamReaderCore>()?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyByteArray, PyBytes, PySlice};
 
 /// A copy of a C-contiguous buffer's bytes.
 pub fn buffer_to_vec(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
@@ -137,4 +137,53 @@ pub fn send_export(fd: i32, buf: &PyUntypedBuffer, start: usize) -> io::Result<u
     // nothing can resize or write it meanwhile.
     let rest = unsafe { std::slice::from_raw_parts(ptr.add(start), len - start) };
     super::sock::send_nowait(fd, rest)
+}
+
+/// `bytes(buf[:n])` followed by `del buf[:n]`: the front of a `bytearray` (at most `n`
+/// bytes) taken out as new `bytes`, as `asyncio.StreamReader` consumes its buffer.
+pub fn take_front<'py>(buf: &Bound<'py, PyByteArray>, n: usize) -> PyResult<Bound<'py, PyBytes>> {
+    let py = buf.py();
+    let len = buf.len();
+    let n = n.min(len);
+    // SAFETY: the slice lives only while `PyBytes::new` copies it; we hold the GIL and
+    // neither call runs Python code, so nothing can resize or free the bytearray meanwhile.
+    let out = PyBytes::new(py, &unsafe { buf.as_bytes() }[..n]);
+    if n > 0 {
+        // As asyncio's `del self._buffer[:n]` (not a resize, which reallocates).
+        buf.del_item(PySlice::new(py, 0, n as isize, 1))?;
+    }
+    Ok(out)
+}
+
+/// `buf.extend(data)` for bytes already in hand: one resize (CPython's bytearray growth
+/// policy, as `extend` has) and one copy.
+pub fn bytearray_extend(buf: &Bound<'_, PyByteArray>, data: &[u8]) -> PyResult<()> {
+    let old = buf.len();
+    buf.resize(old + data.len())?;
+    // SAFETY: the bytearray was just resized to `old + data.len()` bytes; we hold the GIL
+    // and run no Python code until the copy is done, so nothing else can touch it.
+    let bytes = unsafe { buf.as_bytes_mut() };
+    bytes[old..].copy_from_slice(data);
+    Ok(())
+}
+
+/// `buf.find(needle, start)` (the first index at or after `start`), for a `bytes` needle.
+pub fn bytearray_find(buf: &Bound<'_, PyByteArray>, needle: &[u8], start: usize) -> Option<usize> {
+    // SAFETY: the view lives only inside this function, which runs no Python code and
+    // holds the GIL, so nothing can resize or free the bytearray meanwhile.
+    let hay = unsafe { buf.as_bytes() };
+    let hay = hay.get(start..)?;
+    let at = match needle {
+        [] => Some(0),
+        [b] => hay.iter().position(|c| c == b),
+        _ => hay.windows(needle.len()).position(|w| w == needle),
+    };
+    at.map(|i| i + start)
+}
+
+/// `buf.startswith(prefix, start)`.
+pub fn bytearray_starts_with(buf: &Bound<'_, PyByteArray>, prefix: &[u8], start: usize) -> bool {
+    // SAFETY: as in `bytearray_find`.
+    let hay = unsafe { buf.as_bytes() };
+    hay.get(start..).is_some_and(|h| h.starts_with(prefix))
 }

@@ -14,6 +14,7 @@ use pyo3::types::PyBytes;
 use super::StreamCore;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
+use crate::py::streams::feed_from_protocol;
 use crate::sys::buffer::{copy_into_buffer, recv_into_buffer};
 use crate::transports::common::{would_block, TransportCore};
 
@@ -71,14 +72,18 @@ impl StreamCore {
         self.data_received(py, &protocol, data)
     }
 
-    /// `protocol.data_received(data)`.
+    /// `protocol.data_received(data)`; a plain `asyncio.StreamReaderProtocol` has its
+    /// reader fed here instead, as its `data_received` would.
     pub(super) fn data_received(
         &self,
         py: Python<'_>,
         protocol: &Py<PyAny>,
         data: Bound<'_, PyBytes>,
     ) -> PyResult<()> {
-        let res = protocol.call_method1(py, intern!(py, "data_received"), (data,));
+        let res = match feed_from_protocol(protocol.bind(py), &data) {
+            Some(fed) => fed.map(|()| py.None()),
+            None => protocol.call_method1(py, intern!(py, "data_received"), (data,)),
+        };
         let message = "Fatal error: protocol.data_received() call failed.";
         self.checked(py, res, message).map(drop)
     }

@@ -1,0 +1,141 @@
+"""Fast streams: ``rsloop.StreamReader`` and ``rsloop.StreamWriter``.
+
+``StreamReader`` subclasses both the native ``StreamReaderCore`` and
+``asyncio.StreamReader``: its state (``_buffer``, ``_waiter``, ``_eof`` ...) lives in
+Rust fields exposed under asyncio's names, asyncio's own ``__init__`` and ``__repr__``
+run unchanged, and ``feed_data``, ``read``, ``readline``, ``readexactly``,
+``readuntil`` and ``__anext__`` are asyncio's algorithms in Rust. An rsloop stream
+transport whose protocol is a plain ``asyncio.StreamReaderProtocol`` feeds such a reader
+directly. ``StreamWriter.drain()`` finishes natively when nothing has to wait.
+
+``rsloop.open_connection`` / ``start_server`` / ``open_unix_connection`` /
+``start_unix_server`` (asyncio's signatures) hand these out on rsloop's native loops.
+``RSLOOP_FAST_STREAMS=1`` makes asyncio's own stream functions use them too (rsloop
+rebinds ``asyncio.streams.StreamReader`` and ``StreamWriter`` when it makes its first
+native loop); ``RSLOOP_FAST_STREAMS=0`` turns all of it off, and the functions hand out
+asyncio's classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.streams
+import os
+import socket
+from typing import Any
+
+from ._rsloop import StreamOp as _StreamOp
+from ._rsloop import StreamReaderCore as _StreamReaderCore
+
+_DEFAULT_LIMIT = 2**16
+_ASYNCIO_READER = asyncio.streams.StreamReader
+_ASYNCIO_WRITER = asyncio.streams.StreamWriter
+
+
+def _setting() -> str:
+    return os.environ.get("RSLOOP_FAST_STREAMS", "").strip().lower()
+
+
+def enabled() -> bool:
+    """Whether rsloop's stream functions hand out the native readers (not ``=0``)."""
+    return _setting() not in ("0", "off", "false", "no")
+
+
+def patch_asyncio() -> bool:
+    """Whether asyncio's own stream functions get them too (``=1``)."""
+    return _setting() in ("1", "on", "true", "yes")
+
+
+class StreamReader(_StreamReaderCore, asyncio.StreamReader):  # type: ignore[misc]
+    """An ``asyncio.StreamReader`` with its state and reads native, asyncio's behaviour."""
+
+
+class StreamWriter(asyncio.StreamWriter):
+    """An ``asyncio.StreamWriter`` whose ``drain()`` is native when nothing has to wait."""
+
+    def drain(self) -> Any:
+        return _StreamOp.drain(self)
+
+
+# The transport feeds exactly this class directly (a subclass may override feed_data),
+# and the native drain hands its waits to asyncio's coroutine, taken before any rebinding.
+_StreamReaderCore._register(StreamReader, _ASYNCIO_WRITER.drain)
+
+
+def install() -> None:
+    """``RSLOOP_FAST_STREAMS=1``: asyncio's ``open_connection``, ``start_server`` and the
+    unix variants build rsloop's reader and writer (called when a native loop is made)."""
+    if patch_asyncio():
+        asyncio.streams.StreamReader = StreamReader  # type: ignore[misc]
+        asyncio.streams.StreamWriter = StreamWriter  # type: ignore[misc]
+
+
+def _native(loop: Any) -> bool:
+    return enabled() and getattr(loop, "backend", "asyncio") != "asyncio"
+
+
+async def open_connection(
+    host: Any = None, port: Any = None, *, limit: int = _DEFAULT_LIMIT, **kwds: Any
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """``asyncio.open_connection`` with the fast reader and writer on rsloop loops."""
+    loop = asyncio.get_running_loop()
+    if not _native(loop):
+        return await asyncio.open_connection(host, port, limit=limit, **kwds)
+    reader = StreamReader(limit=limit, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.create_connection(lambda: protocol, host, port, **kwds)
+    return reader, StreamWriter(transport, protocol, reader, loop)
+
+
+def _server_factory(client_connected_cb: Any, limit: int, loop: Any) -> Any:
+    def client_connected(reader: Any, writer: Any) -> Any:
+        if type(writer) is _ASYNCIO_WRITER:
+            writer.__class__ = StreamWriter
+        return client_connected_cb(reader, writer)
+
+    def factory() -> asyncio.StreamReaderProtocol:
+        reader = StreamReader(limit=limit, loop=loop)
+        return asyncio.StreamReaderProtocol(reader, client_connected, loop=loop)
+
+    return factory
+
+
+async def start_server(
+    client_connected_cb: Any,
+    host: Any = None,
+    port: Any = None,
+    *,
+    limit: int = _DEFAULT_LIMIT,
+    **kwds: Any,
+) -> asyncio.Server:
+    """``asyncio.start_server`` with the fast reader and writer on rsloop loops."""
+    loop = asyncio.get_running_loop()
+    if not _native(loop):
+        return await asyncio.start_server(client_connected_cb, host, port, limit=limit, **kwds)
+    factory = _server_factory(client_connected_cb, limit, loop)
+    return await loop.create_server(factory, host, port, **kwds)
+
+
+if hasattr(socket, "AF_UNIX"):
+
+    async def open_unix_connection(
+        path: Any = None, *, limit: int = _DEFAULT_LIMIT, **kwds: Any
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """``asyncio.open_unix_connection`` with the fast reader and writer."""
+        loop = asyncio.get_running_loop()
+        if not _native(loop):
+            return await asyncio.open_unix_connection(path, limit=limit, **kwds)
+        reader = StreamReader(limit=limit, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        transport, _ = await loop.create_unix_connection(lambda: protocol, path, **kwds)
+        return reader, StreamWriter(transport, protocol, reader, loop)
+
+    async def start_unix_server(
+        client_connected_cb: Any, path: Any = None, *, limit: int = _DEFAULT_LIMIT, **kwds: Any
+    ) -> asyncio.Server:
+        """``asyncio.start_unix_server`` with the fast reader and writer."""
+        loop = asyncio.get_running_loop()
+        if not _native(loop):
+            return await asyncio.start_unix_server(client_connected_cb, path, limit=limit, **kwds)
+        factory = _server_factory(client_connected_cb, limit, loop)
+        return await loop.create_unix_server(factory, path, **kwds)
