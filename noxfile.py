@@ -116,6 +116,12 @@ def conformance(session: nox.Session) -> None:
     runner = ROOT / "tests" / "conformance" / "run_cpython.py"
     for backend in BACKENDS:
         session.run("python", str(runner), "--backend", backend, env={"RSLOOP_BACKEND": backend})
+    # The stream suites again with asyncio's StreamReader / StreamWriter rebound to
+    # rsloop's fast streams: the condition for offering them.
+    fast = ["-m", "test_streams", "-m", "test_server"]
+    session.run(
+        "python", str(runner), "--fast-streams", *fast, "--backend", "uring", "--backend", "poll"
+    )
     session.run(
         "python",
         "-m",

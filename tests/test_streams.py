@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 
 import pytest
 from netutil import (
@@ -25,6 +26,29 @@ from netutil import (
 )
 
 MIB = 1 << 20
+
+# The stream functions under test: asyncio's own, or rsloop's fast streams (which hand out
+# rsloop.StreamReader / StreamWriter on rsloop's native loops and asyncio's classes
+# elsewhere). Set per test by the `api` fixture.
+API: Any = asyncio
+
+
+@pytest.fixture(autouse=True, params=["asyncio", "rsloop"])
+def api(request, loop):
+    global API
+    if request.param == "asyncio":
+        API = asyncio
+    else:
+        import rsloop
+
+        API = rsloop
+    yield request.param
+    API = asyncio
+
+
+def fast(loop) -> bool:
+    """rsloop's functions on a native loop: the readers must be rsloop's."""
+    return API is not asyncio and getattr(loop, "backend", "asyncio") != "asyncio"
 
 
 async def scripted_server(loop, chunks, path=None, **kwargs):
@@ -43,16 +67,23 @@ async def scripted_server(loop, chunks, path=None, **kwargs):
                 done.set_result(None)
 
     if path is None:
-        server = await asyncio.start_server(handler, HOST, 0, **kwargs)
+        server = await API.start_server(handler, HOST, 0, **kwargs)
         return server, server.sockets[0].getsockname(), done
-    server = await asyncio.start_unix_server(handler, path, **kwargs)
+    server = await API.start_unix_server(handler, path, **kwargs)
     return server, path, done
 
 
 async def open_to(addr, **kwargs):
     if isinstance(addr, str):
-        return await asyncio.open_unix_connection(addr, **kwargs)
-    return await asyncio.open_connection(*addr, **kwargs)
+        reader, writer = await API.open_unix_connection(addr, **kwargs)
+    else:
+        reader, writer = await API.open_connection(*addr, **kwargs)
+    if fast(asyncio.get_running_loop()):
+        import rsloop
+
+        assert type(reader) is rsloop.StreamReader
+        assert type(writer) is rsloop.StreamWriter
+    return reader, writer
 
 
 async def finish(server, writer, done=None) -> None:
@@ -189,11 +220,11 @@ def test_stream_echo_large(loop, tmp_path, kind):
     async def main():
         if kind == "unix":
             path = unix_path(tmp_path)
-            server = await asyncio.start_unix_server(handler, path)
-            reader, writer = await asyncio.open_unix_connection(path)
+            server = await API.start_unix_server(handler, path)
+            reader, writer = await API.open_unix_connection(path)
         else:
-            server = await asyncio.start_server(handler, HOST, 0)
-            reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+            server = await API.start_server(handler, HOST, 0)
+            reader, writer = await API.open_connection(*server.sockets[0].getsockname())
         assert writer.can_write_eof()
         writer.write(data)
         await writer.drain()
@@ -214,8 +245,8 @@ def test_plain_function_client_connected_cb(loop):
         writer.close()
 
     async def main():
-        server = await asyncio.start_server(handler, HOST, 0)
-        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname())
+        server = await API.start_server(handler, HOST, 0)
+        reader, writer = await API.open_connection(*server.sockets[0].getsockname())
         assert await reader.read() == b"hi from a plain callback"
         assert connected == [writer.get_extra_info("sockname")]
         await finish(server, writer)
@@ -228,7 +259,7 @@ def test_drain_waits_for_a_non_reading_peer(loop):
 
     async def main():
         with listening_socket() as lsock:
-            reader, writer = await asyncio.open_connection(*lsock.getsockname())
+            reader, writer = await API.open_connection(*lsock.getsockname())
             writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
             conn, _ = lsock.accept()
             with conn:
@@ -256,7 +287,7 @@ def test_drain_waits_for_a_non_reading_peer(loop):
 def test_drain_raises_when_peer_resets(loop):
     async def main():
         with listening_socket() as lsock:
-            reader, writer = await asyncio.open_connection(*lsock.getsockname())
+            reader, writer = await API.open_connection(*lsock.getsockname())
             writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
             conn, _ = lsock.accept()
             with conn:
@@ -286,9 +317,9 @@ def test_writer_close_and_extra_info(loop):
             writer.close()
             await writer.wait_closed()
 
-        server = await asyncio.start_server(handler, HOST, 0)
+        server = await API.start_server(handler, HOST, 0)
         addr = server.sockets[0].getsockname()
-        reader, writer = await asyncio.open_connection(*addr)
+        reader, writer = await API.open_connection(*addr)
         sock = writer.get_extra_info("socket")
         assert isinstance(sock, asyncio.trsock.TransportSocket)
         assert writer.get_extra_info("peername") == addr
@@ -317,7 +348,7 @@ def test_unix_writer_extra_info(loop, tmp_path):
 
     async def main():
         server, _, done = await scripted_server(loop, [b"x"], path)
-        reader, writer = await asyncio.open_unix_connection(path)
+        reader, writer = await API.open_unix_connection(path)
         assert writer.get_extra_info("peername") == path
         assert writer.get_extra_info("socket").family == socket.AF_UNIX
         assert await reader.read() == b"x"

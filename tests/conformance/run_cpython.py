@@ -70,6 +70,9 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 PREFIX = "test.test_asyncio."
 
+# Set by --fast-streams for the module children (see _install_harness).
+FAST_STREAMS_ENV = "RSLOOP_CONFORMANCE_FAST_STREAMS"
+
 # (module, minimum Python) -- the modules that exercise a real loop.
 MODULES: list[tuple[str, tuple[int, int]]] = [
     ("test_events", (3, 10)),
@@ -221,6 +224,14 @@ def _install_harness(backend: str) -> type:
     _wrap_loop_class(base_events.BaseEventLoop)  # stdlib loops, TestLoop, FallbackLoop
     if not issubclass(UNDER_TEST, base_events.BaseEventLoop):
         _wrap_loop_class(UNDER_TEST)
+
+    if os.environ.get(FAST_STREAMS_ENV) == "1":
+        # --fast-streams: every StreamReader / StreamWriter the tests make (directly, or
+        # through asyncio.open_connection & co.) is rsloop's.
+        import asyncio.streams
+
+        asyncio.StreamReader = asyncio.streams.StreamReader = rsloop.StreamReader
+        asyncio.StreamWriter = asyncio.streams.StreamWriter = rsloop.StreamWriter
 
     policy_cls = rsloop.EventLoopPolicy
     asyncio.DefaultEventLoopPolicy = policy_cls  # set_event_loop_policy(None) -> rsloop
@@ -1158,6 +1169,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="also run the KNOWN_BUGS entries marked as hanging (each costs --test-timeout)",
     )
+    p.add_argument(
+        "--fast-streams",
+        action="store_true",
+        help="rebind asyncio.StreamReader / StreamWriter (and asyncio.streams') to "
+        "rsloop's fast streams first, so the stream tests run on them",
+    )
     p.add_argument("--module-timeout", type=float, default=600.0)
     p.add_argument("--max-restarts", type=int, default=20)
     p.add_argument("--json", help="write the per-backend summary as JSON here")
@@ -1165,6 +1182,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--skip-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.fast_streams:
+        os.environ[FAST_STREAMS_ENV] = "1"  # the children inherit it
     if args.child:
         args.backend = args.backend[0]
         return child_main(args)

@@ -1,0 +1,178 @@
+"""rsloop.StreamReader against asyncio.StreamReader, operation by operation.
+
+The native reader keeps asyncio's state in Rust fields and received ``bytes`` in a chunk
+queue (copied into ``_buffer`` only when something needs the bytearray). These tests run
+generated sequences of feeds and reads on both readers and compare every observable:
+the value or exception of each read, whether it has to wait, ``_buffer``, ``at_eof()``,
+and the transport's pause/resume calls. Reads are stepped by hand (``send(None)``), so no
+loop runs and nothing waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+rsloop = pytest.importorskip("rsloop")
+if rsloop._backend.NATIVE_ERROR is not None:  # pragma: no cover
+    pytest.skip("no native module", allow_module_level=True)
+
+WAITS = "waits"
+
+
+class Transport:
+    """Records the reader's flow-control calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pause_reading(self) -> None:
+        self.calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.calls.append("resume")
+
+
+def outcome(awaitable):
+    """What one step of a read gives: its value, its exception, or WAITS (then closed)."""
+    it = awaitable.__await__()
+    try:
+        it.send(None)
+    except StopIteration as stop:
+        return ("value", stop.value)
+    except BaseException as exc:  # noqa: BLE001 - compared between the readers
+        return ("raises", type(exc).__name__, exc.args)
+    it.close()
+    return (WAITS,)
+
+
+def make(cls, loop, limit):
+    reader = cls(limit=limit, loop=loop)
+    transport = Transport()
+    reader.set_transport(transport)
+    return reader, transport
+
+
+data = st.binary(min_size=0, max_size=40).map(lambda b: b.replace(b"\r", b"\n"))
+separators = st.sampled_from([b"\n", b"ab", b"\n\n", b"x"])
+if sys.version_info >= (3, 13):
+    separators = separators | st.just((b"\n", b"ab"))
+ops = st.one_of(
+    st.tuples(st.just("feed"), data),
+    st.tuples(st.just("feed_bytearray"), data),
+    st.tuples(st.just("feed_eof")),
+    st.tuples(st.just("read"), st.integers(-1, 50)),
+    st.tuples(st.just("readexactly"), st.integers(-1, 50)),
+    st.tuples(st.just("readline")),
+    st.tuples(st.just("readuntil"), separators),
+    st.tuples(st.just("anext")),
+    st.tuples(st.just("buffer")),
+    st.tuples(st.just("exception"), st.sampled_from([ValueError, ConnectionResetError])),
+)
+
+
+def apply(reader, op):
+    name = op[0]
+    if name in ("feed", "feed_bytearray"):
+        chunk = op[1] if name == "feed" else bytearray(op[1])
+        try:
+            reader.feed_data(chunk)
+        except AssertionError as exc:
+            return ("raises", "AssertionError", exc.args)
+        return ("fed",)
+    if name == "feed_eof":
+        reader.feed_eof()
+        return ("eof",)
+    if name == "buffer":
+        return ("buffer", bytes(reader._buffer))
+    if name == "exception":
+        reader.set_exception(op[1]("boom"))
+        return ("set",)
+    if name == "anext":
+        return outcome(reader.__anext__())
+    return outcome(getattr(reader, name)(*op[1:]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ops, max_size=25), st.integers(1, 30))
+def test_same_observable_behaviour_as_asyncio(program, limit):
+    loop = asyncio.new_event_loop()
+    try:
+        theirs, their_transport = make(asyncio.StreamReader, loop, limit)
+        ours, our_transport = make(rsloop.StreamReader, loop, limit)
+        for op in program:
+            expected = apply(theirs, op)
+            got = apply(ours, op)
+            assert got == expected, op
+            assert bytes(ours._buffer) == bytes(theirs._buffer), op
+            assert ours.at_eof() == theirs.at_eof()
+            assert ours._paused == theirs._paused
+            assert our_transport.calls == their_transport.calls
+    finally:
+        loop.close()
+
+
+def test_state_is_asyncios_attributes():
+    loop = asyncio.new_event_loop()
+    try:
+        reader = rsloop.StreamReader(limit=10, loop=loop)
+        assert isinstance(reader, asyncio.StreamReader)
+        assert reader._limit == 10 and reader._loop is loop
+        assert reader._buffer == bytearray() and reader._waiter is None
+        assert reader._eof is False and reader._exception is None
+        reader.feed_data(b"abc")
+        reader.feed_data(b"def")
+        # The received chunks show up in _buffer, which stays the same object.
+        buf = reader._buffer
+        assert buf == bytearray(b"abcdef") and reader._buffer is buf
+        reader._buffer = bytearray(b"xy")
+        assert outcome(reader.read(5)) == ("value", b"xy")
+        with pytest.raises(TypeError):
+            reader._buffer = b"not a bytearray"
+        with pytest.raises(ValueError, match="Limit cannot be <= 0"):
+            rsloop.StreamReader(limit=0, loop=loop)
+        assert "limit=10" in repr(reader)
+    finally:
+        loop.close()
+
+
+def test_read_of_one_received_chunk_is_that_object():
+    loop = asyncio.new_event_loop()
+    try:
+        reader = rsloop.StreamReader(loop=loop)
+        chunk = bytes(range(100))
+        reader.feed_data(chunk)
+        assert outcome(reader.read(1000))[1] is chunk
+        reader.feed_data(chunk)
+        assert outcome(reader.read(40)) == ("value", chunk[:40])
+        assert outcome(reader.readexactly(60)) == ("value", chunk[40:])
+    finally:
+        loop.close()
+
+
+def test_waiting_read_wakes_on_feed_and_a_second_reader_is_refused():
+    async def main():
+        loop = asyncio.get_running_loop()
+        reader = rsloop.StreamReader(loop=loop)
+        task = asyncio.ensure_future(reader.readline())
+        await asyncio.sleep(0)
+        assert reader._waiter is not None
+        with pytest.raises(RuntimeError, match="already waiting"):
+            await reader.read(1)
+        loop.call_soon(reader.feed_data, b"one\ntwo")
+        assert await task == b"one\n"
+        assert reader._waiter is None
+        cancelled = asyncio.ensure_future(reader.readexactly(10))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert reader._waiter is None
+        reader.feed_eof()
+        assert [line async for line in reader] == [b"two"]
+
+    rsloop.run(main())
