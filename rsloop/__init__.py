@@ -16,6 +16,16 @@ from ._runner import new_event_loop, run
 
 __version__ = "0.1.0"
 
+# Fast streams (rsloop/_streams.py); asyncio's own where the native module is missing.
+_STREAM_NAMES = (
+    "StreamReader",
+    "StreamWriter",
+    "open_connection",
+    "start_server",
+    "open_unix_connection",
+    "start_unix_server",
+)
+
 __all__ = (
     "Loop",
     "EventLoopPolicy",
@@ -26,25 +36,8 @@ __all__ = (
     "profile",
     "start_profile",
     "stop_profile",
-    "StreamReader",
-    "StreamWriter",
-    "open_connection",
-    "start_server",
-    "open_unix_connection",
-    "start_unix_server",
+    *_STREAM_NAMES,
     "__version__",
-)
-
-# Fast streams (rsloop/_streams.py); asyncio's own where the native module is missing.
-_STREAM_NAMES = frozenset(
-    (
-        "StreamReader",
-        "StreamWriter",
-        "open_connection",
-        "start_server",
-        "open_unix_connection",
-        "start_unix_server",
-    )
 )
 
 
