@@ -124,8 +124,7 @@ impl StreamOp {
         if self.waiter.take().is_some() {
             // `_wait_for_data`'s `finally: self._waiter = None`.
             if let Ok(r) = self.target.bind(py).cast::<StreamReaderCore>() {
-                let old = r.get().with(py, |s| s.waiter.take());
-                drop(old);
+                r.get().put(py, |s| &mut s.waiter, None);
             }
         }
     }
@@ -134,8 +133,7 @@ impl StreamOp {
         let py = reader.py();
         // Back from a wait: `await self._waiter` returns (or raises) the waiter's result.
         if let Some(w) = self.waiter.take() {
-            let old = reader.get().with(py, |s| s.waiter.take());
-            drop(old);
+            reader.get().put(py, |s| &mut s.waiter, None);
             w.bind(py).call_method0(intern!(py, "result"))?;
         }
         loop {
@@ -303,10 +301,9 @@ impl StreamOp {
             t.call_method0(py, intern!(py, "resume_reading"))?;
         }
         let fut = loop_.call_method0(py, intern!(py, "create_future"))?;
-        let old = reader
+        reader
             .get()
-            .with(py, |s| s.waiter.replace(fut.clone_ref(py)));
-        drop(old);
+            .put(py, |s| &mut s.waiter, Some(fut.clone_ref(py)));
         // What `Future.__await__` sets before yielding itself to the task.
         fut.setattr(py, intern!(py, "_asyncio_future_blocking"), true)?;
         self.waiter = Some(fut.clone_ref(py));

@@ -4,7 +4,7 @@ use pyo3::exceptions::{PyAssertionError, PyTypeError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyTuple, PyType};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyString, PyTuple, PyType};
 use pyo3::PyTraverseError;
 use std::collections::VecDeque;
 
@@ -42,9 +42,19 @@ pub struct StreamReaderCore {
 
 pub(super) type Reader<'py> = Bound<'py, StreamReaderCore>;
 
+/// One of the reader's optional object fields.
+type Field = fn(&mut ReaderState) -> &mut Option<Py<PyAny>>;
+
 impl StreamReaderCore {
     pub(super) fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut ReaderState) -> R) -> R {
         self.state.with(py, f)
+    }
+
+    /// Sets a field (`None` for Python's `None`); the old value is dropped outside the
+    /// cell, as its finaliser may run Python code.
+    pub(super) fn put(&self, py: Python<'_>, field: Field, value: Option<Py<PyAny>>) {
+        let old = self.with(py, |s| std::mem::replace(field(s), value));
+        drop(old);
     }
 }
 
@@ -165,16 +175,23 @@ pub(super) fn maybe_resume_transport(r: &Reader<'_>) -> PyResult<()> {
     Ok(())
 }
 
-/// `_wakeup_waiter()`.
-fn wakeup_waiter(r: &Reader<'_>) -> PyResult<()> {
+/// Takes the waiter and, unless it was cancelled, calls its `method(arg)`
+/// (`set_result(None)` or `set_exception(exc)`).
+fn resolve_waiter(r: &Reader<'_>, method: &Bound<'_, PyString>, arg: Py<PyAny>) -> PyResult<()> {
     let py = r.py();
     if let Some(w) = r.get().with(py, |s| s.waiter.take()) {
         let w = w.into_bound(py);
         if !w.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
-            w.call_method1(intern!(py, "set_result"), (py.None(),))?;
+            w.call_method1(method, (arg,))?;
         }
     }
     Ok(())
+}
+
+/// `_wakeup_waiter()`.
+fn wakeup_waiter(r: &Reader<'_>) -> PyResult<()> {
+    let py = r.py();
+    resolve_waiter(r, intern!(py, "set_result"), py.None())
 }
 
 /// `feed_data(data)`.
@@ -211,8 +228,7 @@ fn feed_data(r: &Reader<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         match t.call_method0(py, intern!(py, "pause_reading")) {
             Ok(_) => r.get().with(py, |s| s.paused = true),
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyNotImplementedError>(py) => {
-                let old = r.get().with(py, |s| s.transport.take());
-                drop(old);
+                r.get().put(py, |s| &mut s.transport, None);
             }
             Err(e) => return Err(e),
         }
@@ -299,8 +315,7 @@ impl StreamReaderCore {
 
     #[setter(_loop)]
     fn set_loop(&self, py: Python<'_>, value: Py<PyAny>) {
-        let old = self.with(py, |s| std::mem::replace(&mut s.loop_, some(value, py)));
-        drop(old);
+        self.put(py, |s| &mut s.loop_, some(value, py));
     }
 
     #[getter(_buffer)]
@@ -358,8 +373,7 @@ impl StreamReaderCore {
 
     #[setter(_waiter)]
     fn set_waiter(&self, py: Python<'_>, value: Py<PyAny>) {
-        let old = self.with(py, |s| std::mem::replace(&mut s.waiter, some(value, py)));
-        drop(old);
+        self.put(py, |s| &mut s.waiter, some(value, py));
     }
 
     #[getter(_exception)]
@@ -369,8 +383,7 @@ impl StreamReaderCore {
 
     #[setter(_exception)]
     fn set_exception_attr(&self, py: Python<'_>, value: Py<PyAny>) {
-        let old = self.with(py, |s| std::mem::replace(&mut s.exception, some(value, py)));
-        drop(old);
+        self.put(py, |s| &mut s.exception, some(value, py));
     }
 
     #[getter(_transport)]
@@ -380,27 +393,18 @@ impl StreamReaderCore {
 
     #[setter(_transport)]
     fn set_transport_attr(&self, py: Python<'_>, value: Py<PyAny>) {
-        let old = self.with(py, |s| std::mem::replace(&mut s.transport, some(value, py)));
-        drop(old);
+        self.put(py, |s| &mut s.transport, some(value, py));
     }
 
     fn exception(&self, py: Python<'_>) -> Py<PyAny> {
         self.get_exception(py)
     }
 
-    fn set_exception(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
-        let (old, waiter) = self.with(py, |s| {
-            let old = s.exception.replace(exc.clone_ref(py));
-            (old, s.waiter.take())
-        });
-        drop(old);
-        if let Some(w) = waiter {
-            let w = w.into_bound(py);
-            if !w.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
-                w.call_method1(intern!(py, "set_exception"), (exc,))?;
-            }
-        }
-        Ok(())
+    fn set_exception(slf: &Reader<'_>, exc: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        slf.get()
+            .put(py, |s| &mut s.exception, Some(exc.clone_ref(py)));
+        resolve_waiter(slf, intern!(py, "set_exception"), exc)
     }
 
     fn _wakeup_waiter(slf: &Reader<'_>) -> PyResult<()> {
