@@ -4,7 +4,8 @@
 
 #![cfg(uring)]
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -353,13 +354,13 @@ fn setup_reason_names_the_errno_via_select() {
 }
 
 /// Waits until `d` has reaped at least one receive completion (bounded).
-fn recvs_within(d: &mut UringDriver, out: &mut Vec<driver::RecvCompletion>) {
+fn recvs_within(d: &mut UringDriver, out: &mut Vec<driver::MultiCompletion>) {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut polls = Vec::new();
     while out.is_empty() && Instant::now() < deadline {
         d.wait(Some(Duration::from_millis(50)), &mut polls)
             .expect("wait");
-        d.take_recvs(out);
+        d.take_multishot(out);
     }
 }
 
@@ -412,4 +413,115 @@ fn multishot_recv_reports_end_of_stream() {
         vec![(0, false)]
     );
     assert_eq!(d.in_flight(), 0);
+}
+
+/// Reaps multishot completions until `n` have come (bounded).
+fn multi_within(d: &mut UringDriver, n: usize) -> Vec<driver::MultiCompletion> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut out = Vec::new();
+    while out.len() < n && Instant::now() < deadline {
+        recvs_within(d, &mut out);
+    }
+    out
+}
+
+#[test]
+fn multishot_accept_delivers_nonblocking_connections_then_cancels() {
+    let Some(mut d) = ring() else { return };
+    if !d.supports_accept_multi() {
+        eprintln!("skipping: no multishot accept on this kernel");
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    d.submit(
+        5,
+        Op::AcceptMulti {
+            fd: listener.as_raw_fd(),
+        },
+    )
+    .expect("submit");
+    let mut clients: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect();
+    let out = multi_within(&mut d, 3);
+    assert_eq!(out.len(), 3, "{out:?}");
+    for (c, client) in out.iter().zip(clients.iter_mut()) {
+        assert_eq!((c.token, c.more, c.buf), (5, true, None), "{c:?}");
+        let fd = c.result;
+        assert!(fd >= 0, "{c:?}");
+        assert!(
+            sys::fd::is_nonblocking(fd).expect("fcntl"),
+            "accepted fd blocks"
+        );
+        client.write_all(b"hi").expect("write");
+    }
+    // Each fd is one of the clients' peers: every one got its client's bytes.
+    for c in &out {
+        let mut buf = [0u8; 8];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let n = loop {
+            match sys::sock::recv(c.result, &mut buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline, "no bytes");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("recv: {e}"),
+            }
+        };
+        assert_eq!(&buf[..n], b"hi");
+        sys::fd::close_raw(c.result);
+    }
+    d.cancel(5).expect("cancel");
+    let out = multi_within(&mut d, 1);
+    let last = out.last().expect("final completion");
+    assert_eq!((last.result, last.more), (-libc::ECANCELED, false));
+    assert_eq!(d.in_flight(), 0);
+}
+
+#[test]
+fn multishot_accept_on_a_socket_that_does_not_listen_answers_einval() {
+    let Some(mut d) = ring() else { return };
+    if !d.supports_accept_multi() {
+        return;
+    }
+    let (_a, b) = pair();
+    d.submit(6, Op::AcceptMulti { fd: b.as_raw_fd() })
+        .expect("submit");
+    let out = multi_within(&mut d, 1);
+    assert_eq!(
+        out.iter().map(|c| (c.result, c.more)).collect::<Vec<_>>(),
+        vec![(-libc::EINVAL, false)]
+    );
+}
+
+#[test]
+fn dropping_the_driver_closes_connections_its_accept_took() {
+    let Some(mut d) = ring() else { return };
+    if !d.supports_accept_multi() {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    d.submit(
+        8,
+        Op::AcceptMulti {
+            fd: listener.as_raw_fd(),
+        },
+    )
+    .expect("submit");
+    d.submit_now().expect("submit now");
+    let mut client = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+    // The kernel accepts into the completion queue; no one reaps before the drop.
+    std::thread::sleep(Duration::from_millis(50));
+    drop(d);
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut buf = [0u8; 1];
+    assert_eq!(
+        client.read(&mut buf).expect("EOF, not a timeout"),
+        0,
+        "the accepted end was closed"
+    );
 }

@@ -231,6 +231,21 @@ impl LoopCore {
         Some(self.queues.with(py, |q| q.streams.start(fd, callback)))
     }
 
+    /// Starts a multishot accept on the listening socket `fd` whose connections (fds) go
+    /// to `callback`; `None` when the driver has none (the server accepts by readiness).
+    pub fn accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
+        let supported = lock(&self.driver)
+            .as_ref()
+            .is_some_and(|d| d.supports_accept_multi());
+        if !supported {
+            return None;
+        }
+        Some(
+            self.queues
+                .with(py, |q| q.streams.start_accept(fd, callback)),
+        )
+    }
+
     /// Whether transports read and write through the ring (multishot receive and queued
     /// sends), rather than by readiness.
     pub fn ring_io(&self) -> bool {
@@ -244,7 +259,8 @@ impl LoopCore {
         self.ring_sends_allowed && self.ring_io()
     }
 
-    /// Stops a receive started by `recv_start`; chunks still in flight are dropped.
+    /// Stops a receive started by `recv_start` or an accept started by `accept_start`
+    /// (what the kernel had already done still reaches the callback).
     pub fn recv_stop(&self, py: Python<'_>, token: u64) {
         let cb = self.queues.with(py, |q| q.streams.stop(token));
         drop(cb);

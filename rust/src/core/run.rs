@@ -17,7 +17,7 @@ use super::{
     BackendInfo, LoopCore, Queues, FREE_HANDLES_IDLE, FREE_HANDLES_MAX, FREE_TIMERS_MAX,
     MAX_WAIT_SECS,
 };
-use crate::driver::{self, Completion, Op, RecvCompletion, Requested, Token};
+use crate::driver::{self, Completion, MultiCompletion, Op, Requested, Token};
 use crate::errors::os_error;
 use crate::handles::{lock, Handle, RunOutcome, TimerHandle};
 use crate::sys::python::{context_is_empty, refcnt};
@@ -33,9 +33,10 @@ const IDLE_SECS: f64 = 1.0;
 #[derive(Default)]
 pub struct Scratch {
     completions: Vec<Completion>,
-    recvs: Vec<RecvCompletion>,
-    /// Receive results ready for their transports: (completion, its bytes if it has data).
-    received: Vec<(RecvCompletion, Option<Py<PyAny>>)>,
+    multi: Vec<MultiCompletion>,
+    /// Multishot results ready for their owners: (completion, its bytes if it is a
+    /// received chunk).
+    received: Vec<(MultiCompletion, Option<Py<PyAny>>)>,
     /// Send completions for their transports.
     sent: Vec<Completion>,
     batch: VecDeque<Py<Handle>>,
@@ -43,8 +44,8 @@ pub struct Scratch {
     /// This iteration's driver work, moved out of the tables and drained by the flush;
     /// the vectors trade places with the tables' own, so a steady loop allocates none.
     work: DriverWork,
-    recv_arm: Vec<(Token, i32)>,
-    recv_cancel: Vec<Token>,
+    multi_arm: Vec<(Token, i32)>,
+    multi_cancel: Vec<Token>,
     sends: Vec<(Token, i32, usize)>,
     dirty: Vec<Py<PyAny>>,
     /// An empty context left by a finished callback that nobody else references: the next
@@ -133,7 +134,7 @@ impl LoopCore {
             let next = q.timers.peek().map(|(when, _)| when);
             q.watchers.take_work(&mut scratch.work);
             q.streams
-                .take_work(&mut scratch.recv_arm, &mut scratch.recv_cancel);
+                .take_work(&mut scratch.multi_arm, &mut scratch.multi_cancel);
             q.streams.take_sends(&mut scratch.sends);
             (now_due, next, q.watchers.in_flight() + q.streams.len())
         });
@@ -147,8 +148,8 @@ impl LoopCore {
         // driver has nothing to say this iteration (a call_soon chain never touches it).
         let driver_idle = timeout == Some(0.0)
             && scratch.work.is_empty()
-            && scratch.recv_arm.is_empty()
-            && scratch.recv_cancel.is_empty()
+            && scratch.multi_arm.is_empty()
+            && scratch.multi_cancel.is_empty()
             && scratch.sends.is_empty()
             && polls_in_flight == 0;
         let idle_watch = timeout.is_none_or(|t| t > IDLE_SECS) && self.freelists_above_idle(py);
@@ -242,8 +243,8 @@ impl LoopCore {
         let mut slot = lock(&self.driver);
         let Some(driver) = slot.as_mut() else {
             scratch.work.clear();
-            scratch.recv_arm.clear();
-            scratch.recv_cancel.clear();
+            scratch.multi_arm.clear();
+            scratch.multi_cancel.clear();
             scratch.sends.clear();
             return Ok(false);
         };
@@ -257,17 +258,22 @@ impl LoopCore {
                 });
             }
         }
-        for token in scratch.recv_cancel.drain(..) {
+        for token in scratch.multi_cancel.drain(..) {
             let _ = driver.cancel(token);
         }
-        for (token, fd) in scratch.recv_arm.drain(..) {
-            if let Err(e) = driver.submit(token, Op::RecvMulti { fd }) {
+        for (token, fd) in scratch.multi_arm.drain(..) {
+            let op = if Streams::is_accept(token) {
+                Op::AcceptMulti { fd }
+            } else {
+                Op::RecvMulti { fd }
+            };
+            if let Err(e) = driver.submit(token, op) {
                 let transient = queue_full(&e);
                 if transient {
                     self.queues.with(py, |q| q.streams.arm_later(token));
                 } else {
                     let code = crate::sys::error_code(&e).unwrap_or(libc::EINVAL);
-                    scratch.recvs.push(RecvCompletion {
+                    scratch.multi.push(MultiCompletion {
                         token,
                         result: -code,
                         buf: None,
@@ -324,8 +330,8 @@ impl LoopCore {
         };
         self.stats.driver.set(driver.counters());
         // Copy each received chunk into its `bytes` and hand the buffer straight back.
-        driver.take_recvs(&mut scratch.recvs);
-        for c in scratch.recvs.drain(..) {
+        driver.take_multishot(&mut scratch.multi);
+        for c in scratch.multi.drain(..) {
             let data = match (c.result, c.buf) {
                 (n, Some(buf)) if n > 0 => {
                     let bytes = pyo3::types::PyBytes::new(py, driver.recv_bytes(buf, n as usize));
@@ -386,6 +392,10 @@ impl LoopCore {
             let (action, gone) = self.queues.with(py, |q| q.streams.complete(py, &c));
             drop(gone);
             let Action::Deliver(callback) = action else {
+                if c.result >= 0 && Streams::is_accept(c.token) {
+                    // A connection for a server that is gone (loop closed): no one takes it.
+                    crate::sys::close_raw(c.result);
+                }
                 continue;
             };
             let arg: Py<PyAny> = match data {

@@ -1,22 +1,28 @@
-//! Multishot receives of the stream transports (io_uring): which callback gets which chunk.
-//! Owns: the token → receive table, arming and cancelling at the next flush, deciding
-//! what each receive completion means for its transport. Not: the kernel side
-//! (`driver/`), what the transport does with the data (`transports/stream/`).
+//! Multishot receives of the stream transports and multishot accepts of the servers
+//! (io_uring), and the transports' ring sends: which callback gets which completion.
+//! Owns: the token → operation table, arming and cancelling at the next flush, deciding
+//! what each completion means for its owner. Not: the kernel side (`driver/`), what the
+//! transport does with the data (`transports/stream/`), what a server does with a
+//! connection (`rsloop/_net.py`).
 //!
 //! A transport starts a receive with a callback (its `_on_recv`); each chunk the kernel
 //! delivers becomes one ready handle calling it with a `bytes`, queued like a watcher's
 //! handle, so ordering against other callbacks is asyncio's. End of stream (`0`) and
-//! errors (`-errno`) reach the callback as an `int`. A multishot receive the kernel ends
-//! while the transport still reads (buffers ran out, or it just stopped) is re-armed here.
+//! errors (`-errno`) reach the callback as an `int`. A server starts an accept the same
+//! way; its callback gets each new connection's fd (an `int >= 0`, the callback's to own)
+//! or the `-errno` that ended the accept. A multishot operation the kernel ends while its
+//! owner still wants it (buffers ran out, or it just stopped) is re-armed here.
 
 use crate::intmap::IntMap;
 
 use pyo3::prelude::*;
 
-use crate::driver::{RecvCompletion, Token};
+use crate::driver::{MultiCompletion, Token};
 
 /// Receive tokens live above the watchers' (which count up from 1)...
 pub const TOKEN_BASE: Token = 1 << 48;
+/// ...accept tokens above those...
+pub const ACCEPT_BASE: Token = 1 << 52;
 /// ...and send tokens above those.
 pub const SEND_BASE: Token = 1 << 56;
 
@@ -75,6 +81,11 @@ impl Streams {
         token >= SEND_BASE
     }
 
+    /// Whether `token` is an accept's.
+    pub fn is_accept(token: Token) -> bool {
+        (ACCEPT_BASE..SEND_BASE).contains(&token)
+    }
+
     /// A transport wrote: run `flush` before the next wait.
     pub fn mark_dirty(&mut self, flush: Py<PyAny>) {
         self.dirty.push(flush);
@@ -115,7 +126,16 @@ impl Streams {
     /// Registers a receive on `fd`; armed at the next flush.
     pub fn start(&mut self, fd: i32, callback: Py<PyAny>) -> Token {
         self.next += 1;
-        let token = TOKEN_BASE + self.next;
+        self.register(TOKEN_BASE + self.next, fd, callback)
+    }
+
+    /// Registers an accept on the listening socket `fd`; armed at the next flush.
+    pub fn start_accept(&mut self, fd: i32, callback: Py<PyAny>) -> Token {
+        self.next += 1;
+        self.register(ACCEPT_BASE + self.next, fd, callback)
+    }
+
+    fn register(&mut self, token: Token, fd: i32, callback: Py<PyAny>) -> Token {
         self.by_token.insert(
             token,
             Recv {
@@ -129,7 +149,7 @@ impl Streams {
         token
     }
 
-    /// Stops a receive: cancelled if in flight (its last chunks still come, see `Recv`),
+    /// Stops a receive or accept: cancelled if in flight (its last chunks still come, see `Recv`),
     /// else forgotten; returns a callback for the caller to drop outside the cell.
     pub fn stop(&mut self, token: Token) -> Option<Py<PyAny>> {
         let r = self.by_token.get_mut(&token)?;
@@ -143,7 +163,7 @@ impl Streams {
         self.by_token.remove(&token).map(|r| r.callback)
     }
 
-    /// Receives to arm as (token, fd) and tokens to cancel since the last flush, moved
+    /// Receives and accepts to arm as (token, fd) and tokens to cancel since the last flush, moved
     /// into `arm` and `cancel` (left empty by the caller).
     pub fn take_work(&mut self, arm: &mut Vec<(Token, i32)>, cancel: &mut Vec<Token>) {
         for token in self.to_arm.drain(..) {
@@ -170,15 +190,20 @@ impl Streams {
         }
     }
 
-    /// What `c` means: deliver it, or nothing; re-arms a receive the kernel ended while
-    /// its transport still reads, forgets a stopped one at its final completion. The
+    /// What `c` means: deliver it, or nothing; re-arms an operation the kernel ended while
+    /// its owner still wants it, forgets a stopped one at its final completion. The
     /// second value is a callback to drop outside the cell.
-    pub fn complete(&mut self, py: Python<'_>, c: &RecvCompletion) -> (Action, Option<Py<PyAny>>) {
+    pub fn complete(&mut self, py: Python<'_>, c: &MultiCompletion) -> (Action, Option<Py<PyAny>>) {
         let Some(r) = self.by_token.get_mut(&c.token) else {
             return (Action::None, None);
         };
-        let quiet = c.result == -libc::ENOBUFS || c.result == -libc::ECANCELED;
-        let action = if c.result > 0 || !quiet {
+        // A receive's ENOBUFS only means "re-arm"; an accept's is the kernel short of
+        // memory, which the server hears (asyncio backs off on it).
+        let quiet = c.result == -libc::ECANCELED
+            || (c.result == -libc::ENOBUFS && !Self::is_accept(c.token));
+        // Bytes, or a connection (fd 0 is one too).
+        let got = c.result > 0 || (c.result == 0 && Self::is_accept(c.token));
+        let action = if got || !quiet {
             Action::Deliver(r.callback.clone_ref(py))
         } else {
             Action::None
@@ -191,7 +216,7 @@ impl Streams {
             let gone = self.by_token.remove(&c.token).map(|r| r.callback);
             return (action, gone);
         }
-        if c.result > 0 || quiet {
+        if got || quiet {
             self.to_arm.push(c.token);
         }
         (action, None)

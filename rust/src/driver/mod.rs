@@ -6,7 +6,7 @@
 //! - `submit` queues an operation; nothing reaches the kernel before the next `wait`
 //!   (the `poll` backend may register a new fd at once so that a bad fd fails early);
 //! - every submitted operation yields exactly one final completion, `-ECANCELED` when
-//!   `cancel` won the race (a multishot receive yields chunks before its final one);
+//!   `cancel` won the race (a multishot receive or accept yields others before its final one);
 //! - `wait(Some(ZERO))` with nothing queued makes no syscall on `uring`;
 //! - `Waker::wake` from any thread makes a blocked `wait` return.
 
@@ -18,7 +18,7 @@ pub mod uring;
 use std::io;
 use std::time::Duration;
 
-pub use op::{Completion, DriverCounters, Interest, Op, RecvCompletion, Token};
+pub use op::{Completion, DriverCounters, Interest, MultiCompletion, Op, Token};
 
 /// Which backend a caller asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,13 +148,23 @@ impl Driver {
         }
     }
 
-    /// Moves the receive completions reaped by the last `wait` into `out`.
-    // A Vec, not a slice: the uring driver appends to it.
-    #[cfg_attr(not(uring), allow(clippy::ptr_arg))]
-    pub fn take_recvs(&mut self, out: &mut Vec<RecvCompletion>) {
+    /// Whether [`Op::AcceptMulti`] can be submitted (io_uring on Linux 5.19+, probed; a
+    /// listening socket whose accept the kernel still refuses answers `-EINVAL`).
+    pub fn supports_accept_multi(&self) -> bool {
         match self {
             #[cfg(uring)]
-            Driver::Uring(d) => d.take_recvs(out),
+            Driver::Uring(d) => d.supports_accept_multi(),
+            Driver::Poll(_) => false,
+        }
+    }
+
+    /// Moves the multishot completions reaped by the last `wait` into `out`.
+    // A Vec, not a slice: the uring driver appends to it.
+    #[cfg_attr(not(uring), allow(clippy::ptr_arg))]
+    pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(d) => d.take_multishot(out),
             Driver::Poll(_) => {
                 let _ = out;
             }

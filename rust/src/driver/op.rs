@@ -4,10 +4,11 @@
 //!
 //! Every operation is completion-style: it is submitted under a caller-chosen [`Token`] and
 //! later yields exactly one final [`Completion`] with that token (a result or `-errno`,
-//! `-ECANCELED` when it was cancelled first). The exception is [`Op::RecvMulti`] (io_uring
-//! only): one [`RecvCompletion`] per received chunk, exactly one of them final
-//! (`more == false`); the `poll` driver refuses it, and its callers read by readiness there
-//! (tested in `rust/tests/driver_uring.rs`).
+//! `-ECANCELED` when it was cancelled first). The exceptions are the multishot operations
+//! [`Op::RecvMulti`] and [`Op::AcceptMulti`] (io_uring only): one [`MultiCompletion`] per
+//! received chunk or accepted connection, exactly one of them final (`more == false`); the
+//! `poll` driver refuses them, and their callers go by readiness there (tested in
+//! `rust/tests/driver_uring.rs`).
 
 /// A file descriptor number (`std::os::fd::RawFd` on Unix; a plain `i32` elsewhere, where
 /// the `poll` driver refuses fds).
@@ -76,10 +77,19 @@ pub enum Op {
     /// Multishot receive into the driver's provided buffers (`uring` only, where
     /// [`supports_recv_multi`](super::Driver::supports_recv_multi) says so; `poll` refuses it
     /// with `Unsupported` and callers read by readiness there). Unlike `Poll` it yields a
-    /// [`RecvCompletion`] per received chunk, taken with
-    /// [`take_recvs`](super::Driver::take_recvs); the last has `more == false`.
+    /// [`MultiCompletion`] per received chunk, taken with
+    /// [`take_multishot`](super::Driver::take_multishot); the last has `more == false`.
     RecvMulti {
         /// The stream socket; the caller keeps it open until the final completion.
+        fd: RawFd,
+    },
+    /// Multishot accept (`uring` only, where
+    /// [`supports_accept_multi`](super::Driver::supports_accept_multi) says so): a
+    /// [`MultiCompletion`] per accepted connection, whose `result` is the new fd (opened
+    /// non-blocking and close-on-exec, owned by the caller from then on) or `-errno`; the
+    /// last has `more == false`. The peer's address is not reported (`getpeername`).
+    AcceptMulti {
+        /// The listening socket; the caller keeps it open until the final completion.
         fd: RawFd,
     },
     /// One `sendmsg` (`uring` only, like `RecvMulti`): completes with the bytes sent or
@@ -94,17 +104,19 @@ pub enum Op {
     },
 }
 
-/// One chunk (or the end) of a multishot receive.
+/// One chunk (or the end) of a multishot receive, or one connection (or the end) of a
+/// multishot accept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecvCompletion {
-    /// The token the receive was submitted with.
+pub struct MultiCompletion {
+    /// The token the operation was submitted with.
     pub token: Token,
-    /// `> 0`: bytes received into `buf`; `0`: end of stream; `< 0`: `-errno`
-    /// (`-ENOBUFS`: the buffers ran out, re-submit; `-ECANCELED` after a cancel).
+    /// Receive: `> 0`: bytes received into `buf`; `0`: end of stream. Accept: `>= 0`: the
+    /// accepted fd. Both: `< 0`: `-errno` (`-ENOBUFS` from a receive: the buffers ran out,
+    /// re-submit; `-ECANCELED` after a cancel).
     pub result: i32,
-    /// The buffer holding the bytes (read it with `recv_bytes`, then `recycle` it).
+    /// The buffer holding a receive's bytes (read it with `recv_bytes`, then `recycle` it).
     pub buf: Option<u16>,
-    /// More completions follow for this receive.
+    /// More completions follow for this operation.
     pub more: bool,
 }
 

@@ -410,6 +410,21 @@ impl Loop {
         super::sock::sendall(slf, sock, data)
     }
 
+    /// Starts a multishot accept on the listening socket `fd` (io_uring): `callback(n)`
+    /// runs once per new connection with its fd (`n >= 0`, non-blocking, the callback's to
+    /// own) and once with the `-errno` that ends the accept early. `None` when the backend
+    /// accepts by readiness only.
+    fn _accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> PyResult<Option<u64>> {
+        self.accept_start(py, fd, callback)
+    }
+
+    /// Stops an accept started by `_accept_start`, telling the kernel at once (the
+    /// listening socket can be closed right after); connections it already took still
+    /// reach the callback.
+    fn _accept_stop(&self, py: Python<'_>, token: u64) -> PyResult<()> {
+        self.recv_stop(py, token)
+    }
+
     /// Tells the `sock_*` methods which dict maps fds to transports (`loop._transports`'
     /// `data`): an fd found there goes through `_sock_check_fd_free` before a wait.
     fn _set_transport_table(&self, py: Python<'_>, table: Option<Py<PyDict>>) {

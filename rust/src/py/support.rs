@@ -163,6 +163,17 @@ impl Loop {
             .map_err(|e| crate::errors::os_error(&e))
     }
 
+    /// Starts a multishot accept for a server (`None`: accept by readiness instead).
+    pub(crate) fn accept_start(
+        &self,
+        py: Python<'_>,
+        fd: i32,
+        callback: Py<PyAny>,
+    ) -> PyResult<Option<u64>> {
+        self.check_closed()?;
+        Ok(self.core.accept_start(py, fd, callback))
+    }
+
     /// Whether transports send through the ring on this loop.
     pub(crate) fn ring_sends(&self) -> bool {
         self.core.ring_sends()

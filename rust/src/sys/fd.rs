@@ -1,5 +1,5 @@
-//! File-descriptor checks and flags.
-//! Owns: `fcntl`/`fstat` calls on fds the caller names. Not: owning those fds.
+//! File-descriptor checks, flags, and closing an fd handed over by the kernel.
+//! Owns: `fcntl`/`fstat`/`close` calls on fds the caller names. Not: owning those fds.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -42,6 +42,23 @@ pub fn set_nonblocking(fd: RawFd, nonblocking: bool) -> io::Result<()> {
         syscall!(fcntl(fd, libc::F_SETFL, new))?;
     }
     Ok(())
+}
+
+/// Whether `O_NONBLOCK` is set on `fd`.
+pub fn is_nonblocking(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: F_GETFL takes no pointer argument.
+    let flags = syscall!(fcntl(fd, libc::F_GETFL))?;
+    Ok(flags & libc::O_NONBLOCK != 0)
+}
+
+/// Closes `fd`, an fd the caller owns and nothing else refers to (one an accept made that
+/// no one will take). Errors are ignored: the fd is gone either way (`close(2)`).
+pub fn close_raw(fd: RawFd) {
+    // SAFETY: the caller owns `fd` and drops its only reference here; close takes no
+    // pointer argument.
+    unsafe {
+        libc::close(fd);
+    }
 }
 
 #[cfg(test)]

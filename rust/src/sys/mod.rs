@@ -15,7 +15,7 @@ pub mod sockaddr;
 
 pub use errno::{errno_name, error_code, os_error, strerror, OsError};
 #[cfg(unix)]
-pub use fd::fd_check_pollable;
+pub use fd::{close_raw, fd_check_pollable};
 
 mod errno;
 
@@ -45,6 +45,10 @@ pub(crate) use syscall;
 pub fn fd_check_pollable(_fd: crate::driver::op::RawFd) -> std::io::Result<()> {
     Ok(())
 }
+
+/// Off Unix no operation hands out fds (accepts are the `uring` driver's).
+#[cfg(not(unix))]
+pub fn close_raw(_fd: crate::driver::op::RawFd) {}
 
 pub mod clock;
 pub mod gil;

@@ -79,11 +79,14 @@ impl PollDriver {
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
         match op {
             Op::Poll { fd, interest } => self.submit_poll(token, fd, interest),
-            // Readiness drivers read by readiness: callers check `supports_recv_multi`.
-            Op::RecvMulti { .. } | Op::SendMsg { .. } => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "driver: the poll backend reads and writes by readiness",
-            )),
+            // Readiness drivers go by readiness: callers check `supports_recv_multi` and
+            // `supports_accept_multi`.
+            Op::RecvMulti { .. } | Op::AcceptMulti { .. } | Op::SendMsg { .. } => {
+                Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "driver: the poll backend reads, writes and accepts by readiness",
+                ))
+            }
         }
     }
 

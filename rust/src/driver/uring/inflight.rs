@@ -15,19 +15,41 @@ pub(super) const MAX_USER_DATA: u64 = (1 << 63) - 1;
 
 const GENERATION_MASK: u32 = (1 << 31) - 1;
 
+/// Which operation an entry is, with what its SQE and result need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// Readiness: what it waits for (error conditions report all of it).
+    Poll(Interest),
+    /// Multishot receive into the provided buffers.
+    RecvMulti,
+    /// Multishot accept.
+    AcceptMulti,
+    /// One `sendmsg` of the `msghdr` at this address.
+    SendMsg(usize),
+}
+
+impl Kind {
+    /// Yields several CQEs (only the last without `MORE`).
+    pub(super) fn is_multishot(self) -> bool {
+        matches!(self, Kind::RecvMulti | Kind::AcceptMulti)
+    }
+
+    /// Reads or writes caller or driver memory while in flight (must be retired before
+    /// that memory goes).
+    pub(super) fn uses_buffers(self) -> bool {
+        matches!(self, Kind::RecvMulti | Kind::SendMsg(_))
+    }
+}
+
 /// What the driver remembers about one submitted op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Entry {
     /// The caller's token.
     pub(super) token: Token,
-    /// For Poll: the fd watched.
+    /// The fd the op works on.
     pub(super) fd: RawFd,
-    /// For Poll: what it waits for (error conditions report all of it).
-    pub(super) interest: Interest,
-    /// A multishot receive (else a Poll or a send).
-    pub(super) recv: bool,
-    /// For a send: the `msghdr` address (else 0).
-    pub(super) msg: usize,
+    /// What it is.
+    pub(super) kind: Kind,
 }
 
 #[derive(Debug, Default)]
@@ -58,26 +80,23 @@ impl Inflight {
         self.recvs
     }
 
-    /// The `user_data` of every op in flight that uses caller memory (receives into the
-    /// provided buffers, sends from the caller's bytes).
-    pub(super) fn buffer_user_data(&self) -> Vec<u64> {
+    /// The `user_data` of every op in flight that must end before the driver goes: those
+    /// that use memory (receives into the provided buffers, sends from the caller's bytes)
+    /// and accepts (whose fds would otherwise leak).
+    pub(super) fn retire_user_data(&self) -> Vec<u64> {
         self.slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.entry.is_some_and(|e| e.recv || e.msg != 0))
+            .filter(|(_, s)| {
+                s.entry
+                    .is_some_and(|e| e.kind.uses_buffers() || e.kind == Kind::AcceptMulti)
+            })
             .map(|(i, s)| (u64::from(s.generation) << 32) | i as u64)
             .collect()
     }
 
     /// Records an op; `None` if `token` already has one in flight.
-    pub(super) fn insert(
-        &mut self,
-        token: Token,
-        fd: RawFd,
-        interest: Interest,
-        recv: bool,
-        msg: usize,
-    ) -> Option<u64> {
+    pub(super) fn insert(&mut self, token: Token, fd: RawFd, kind: Kind) -> Option<u64> {
         if self.by_token.contains_key(&token) {
             return None;
         }
@@ -89,14 +108,8 @@ impl Inflight {
             }
         };
         let slot = &mut self.slots[index as usize];
-        slot.entry = Some(Entry {
-            token,
-            fd,
-            interest,
-            recv,
-            msg,
-        });
-        if recv {
+        slot.entry = Some(Entry { token, fd, kind });
+        if kind == Kind::RecvMulti {
             self.recvs += 1;
         }
         slot.cancel_sent = false;
@@ -136,7 +149,7 @@ impl Inflight {
         let slot = self.slot_mut(user_data)?;
         let entry = slot.entry.take()?;
         slot.generation = (slot.generation + 1) & GENERATION_MASK;
-        if entry.recv {
+        if entry.kind == Kind::RecvMulti {
             self.recvs -= 1;
         }
         self.free.push(index);
@@ -163,9 +176,11 @@ mod tests {
     #[test]
     fn insert_complete_reuse() {
         let mut t = Inflight::default();
-        let a = t.insert(10, 3, Interest::READABLE, false, 0).expect("slot");
+        let a = t
+            .insert(10, 3, Kind::Poll(Interest::READABLE))
+            .expect("slot");
         assert!(
-            t.insert(10, 3, Interest::READABLE, false, 0).is_none(),
+            t.insert(10, 3, Kind::Poll(Interest::READABLE)).is_none(),
             "duplicate token"
         );
         assert_eq!(t.get(a).map(|(e, sent)| (e.fd, sent)), Some((3, false)));
@@ -174,7 +189,7 @@ mod tests {
         assert_eq!(t.cancel_target(10), None, "cancel sent once");
         assert_eq!(t.complete(a).map(|e| e.token), Some(10));
         assert_eq!(t.complete(a), None);
-        let b = t.insert(11, 3, Interest::WRITABLE, true, 0).expect("slot");
+        let b = t.insert(11, 3, Kind::RecvMulti).expect("slot");
         assert_ne!(a, b, "reused slot has a new generation");
         assert_eq!(a & 0xffff_ffff, b & 0xffff_ffff);
         assert_eq!(t.complete(a), None, "stale user_data");

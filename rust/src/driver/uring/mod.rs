@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use io_uring::{cqueue, squeue, types, IoUring};
 
-use crate::driver::op::{Completion, DriverCounters, Interest, Op, RecvCompletion, Token};
+use crate::driver::op::{Completion, DriverCounters, Interest, MultiCompletion, Op, Token};
 use crate::sys;
 use bufring::BufRing;
-use inflight::Inflight;
+use inflight::{Inflight, Kind};
 
 /// user_data of the waker's eventfd READ (or POLL_ADD) op.
 const TOKEN_WAKER: u64 = u64::MAX;
@@ -113,8 +113,10 @@ pub struct UringDriver {
     /// Provided buffers for multishot receives, when the kernel takes them. Dropped after
     /// the ring (field order), so the kernel is done with them first.
     bufs: Option<BufRing>,
-    /// Receive completions reaped by the last `wait`, for `take_recvs`.
-    recvs: Vec<RecvCompletion>,
+    /// Multishot completions reaped by the last `wait`, for `take_multishot`.
+    multi: Vec<MultiCompletion>,
+    /// The kernel takes multishot accepts (Linux 5.19).
+    accept_multi: bool,
 }
 
 impl UringDriver {
@@ -147,7 +149,8 @@ impl UringDriver {
         };
         Ok(UringDriver {
             bufs,
-            recvs: Vec::new(),
+            multi: Vec::new(),
+            accept_multi: features.accept_multi,
             ring: ManuallyDrop::new(ring),
             wake_fd,
             wake_buf: WakeBuf(NonNull::from(Box::leak(Box::new(0u64)))),
@@ -166,33 +169,44 @@ impl UringDriver {
     /// Queues `op` under `token` in the SQ ring; the kernel sees it at the next `wait`
     /// (or now, if the SQ is full and must be flushed to make room).
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
-        let (fd, interest, recv, msg) = match op {
+        check_token(token)?;
+        let (fd, kind) = match op {
             Op::Poll { fd, interest } => {
-                check_op(token, interest)?;
-                (fd, interest, false, 0)
+                if interest.is_empty() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "driver: Poll op with empty interest",
+                    ));
+                }
+                (fd, Kind::Poll(interest))
             }
             Op::RecvMulti { fd } => {
-                check_token(token)?;
                 if self.bufs.is_none() {
                     return Err(io::Error::new(
                         io::ErrorKind::Unsupported,
                         "io_uring: no multishot receive on this kernel",
                     ));
                 }
-                (fd, Interest::NONE, true, 0)
+                (fd, Kind::RecvMulti)
             }
-            Op::SendMsg { fd, msg } => {
-                check_token(token)?;
-                (fd, Interest::NONE, false, msg)
+            Op::AcceptMulti { fd } => {
+                if !self.accept_multi {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "io_uring: no multishot accept on this kernel",
+                    ));
+                }
+                (fd, Kind::AcceptMulti)
             }
+            Op::SendMsg { fd, msg } => (fd, Kind::SendMsg(msg)),
         };
-        let Some(user_data) = self.inflight.insert(token, fd, interest, recv, msg) else {
+        let Some(user_data) = self.inflight.insert(token, fd, kind) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "driver: token already has an operation in flight",
             ));
         };
-        let sqe = sqe_for(fd, interest, recv, msg);
+        let sqe = sqe_for(fd, kind);
         if let Err(e) = self.push(&sqe.user_data(user_data)) {
             self.inflight.complete(user_data);
             return Err(e);
@@ -206,9 +220,14 @@ impl UringDriver {
         self.bufs.is_some()
     }
 
-    /// Moves the receive completions of the last `wait` into `out`.
-    pub fn take_recvs(&mut self, out: &mut Vec<RecvCompletion>) {
-        out.append(&mut self.recvs);
+    /// Whether `Op::AcceptMulti` can be submitted.
+    pub fn supports_accept_multi(&self) -> bool {
+        self.accept_multi
+    }
+
+    /// Moves the multishot completions of the last `wait` into `out`.
+    pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
+        out.append(&mut self.multi);
     }
 
     /// The first `len` bytes of receive buffer `buf`.
@@ -424,12 +443,12 @@ impl UringDriver {
                     let Some((entry, _)) = self.inflight.get(user_data) else {
                         continue;
                     };
-                    if entry.recv {
+                    if entry.kind.is_multishot() {
                         let more = cqueue::more(flags);
                         if !more {
                             self.inflight.complete(user_data);
                         }
-                        self.recvs.push(RecvCompletion {
+                        self.multi.push(MultiCompletion {
                             token: entry.token,
                             result: res,
                             buf: cqueue::buffer_select(flags),
@@ -440,10 +459,9 @@ impl UringDriver {
                     if let Some(entry) = self.inflight.complete(user_data) {
                         out.push(Completion {
                             token: entry.token,
-                            result: if res >= 0 && entry.msg == 0 {
-                                ops::poll_result(res, entry.interest)
-                            } else {
-                                res
+                            result: match entry.kind {
+                                Kind::Poll(interest) if res >= 0 => ops::poll_result(res, interest),
+                                _ => res,
                             },
                         });
                     }
@@ -455,11 +473,11 @@ impl UringDriver {
             let Some((entry, _)) = self.inflight.get(user_data) else {
                 continue;
             };
-            let sqe = sqe_for(entry.fd, entry.interest, entry.recv, entry.msg);
+            let sqe = sqe_for(entry.fd, entry.kind);
             if self.push(&sqe.user_data(user_data)).is_err() {
                 self.inflight.complete(user_data);
-                if entry.recv {
-                    self.recvs.push(RecvCompletion {
+                if entry.kind.is_multishot() {
+                    self.multi.push(MultiCompletion {
                         token: entry.token,
                         result: -libc::ECANCELED,
                         buf: None,
@@ -481,18 +499,23 @@ impl UringDriver {
         }
     }
 
-    /// Cancels every receive and send still in flight and reaps until their final CQEs
-    /// (bounded), so neither the provided buffers nor the senders' bytes are read or
-    /// written by the kernel after the driver is gone.
-    fn retire_buffer_ops(&mut self) {
-        let targets = self.inflight.buffer_user_data();
+    /// Cancels every receive, send and accept still in flight and reaps until their final
+    /// CQEs (bounded), so neither the provided buffers nor the senders' bytes are read or
+    /// written by the kernel after the driver is gone, and every fd an accept made is
+    /// closed rather than leaked.
+    fn retire_ops(&mut self) {
+        let targets = self.inflight.retire_user_data();
         if targets.is_empty() {
             return;
         }
+        let mut accepts = Vec::new();
         for user_data in targets {
             let Some((entry, _)) = self.inflight.get(user_data) else {
                 continue;
             };
+            if entry.kind == Kind::AcceptMulti {
+                accepts.push(entry.token);
+            }
             // Through `cancel`, so the final -ECANCELED reads as ours (not re-armed).
             if self.cancel(entry.token).is_err() {
                 return;
@@ -504,8 +527,12 @@ impl UringDriver {
                 return;
             }
             self.reap(&mut discard);
-            self.recvs.clear();
-            if self.inflight.buffer_user_data().is_empty() {
+            for c in self.multi.drain(..) {
+                if c.result >= 0 && c.buf.is_none() && accepts.contains(&c.token) {
+                    sys::fd::close_raw(c.result);
+                }
+            }
+            if self.inflight.retire_user_data().is_empty() {
                 return;
             }
         }
@@ -551,7 +578,7 @@ impl Drop for UringDriver {
             return;
         }
         let buf_free = self.retire_waker();
-        self.retire_buffer_ops();
+        self.retire_ops();
         if self.inflight.recvs() > 0 {
             // A receive may still be writing into a buffer while the ring is torn down
             // (asynchronously, in the kernel): leak the buffers rather than free them under
@@ -583,13 +610,12 @@ fn tolerated(e: &io::Error) -> bool {
 }
 
 /// The SQE for an op as the in-flight table records it.
-fn sqe_for(fd: i32, interest: Interest, recv: bool, msg: usize) -> squeue::Entry {
-    if recv {
-        ops::recv_multi(fd, bufring::GROUP)
-    } else if msg != 0 {
-        ops::send_msg(fd, msg as *const libc::msghdr)
-    } else {
-        ops::poll_add(fd, interest)
+fn sqe_for(fd: i32, kind: Kind) -> squeue::Entry {
+    match kind {
+        Kind::Poll(interest) => ops::poll_add(fd, interest),
+        Kind::RecvMulti => ops::recv_multi(fd, bufring::GROUP),
+        Kind::AcceptMulti => ops::accept_multi(fd),
+        Kind::SendMsg(msg) => ops::send_msg(fd, msg as *const libc::msghdr),
     }
 }
 
@@ -614,22 +640,6 @@ fn check_token(token: Token) -> io::Result<()> {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "driver: token u64::MAX is reserved",
-        ));
-    }
-    Ok(())
-}
-
-fn check_op(token: Token, interest: Interest) -> io::Result<()> {
-    if token == u64::MAX {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "driver: token u64::MAX is reserved",
-        ));
-    }
-    if interest.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "driver: Poll op with empty interest",
         ));
     }
     Ok(())

@@ -44,6 +44,14 @@ pub(super) fn recv_multi(fd: RawFd, group: u16) -> squeue::Entry {
     opcode::RecvMulti::new(types::Fd(fd), group).build()
 }
 
+/// Multishot accept; each connection's fd is opened non-blocking and close-on-exec, as the
+/// loop's sockets are. Needs Linux 5.19 (`IORING_ACCEPT_MULTISHOT`).
+pub(super) fn accept_multi(fd: RawFd) -> squeue::Entry {
+    opcode::AcceptMulti::new(types::Fd(fd))
+        .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+        .build()
+}
+
 /// One `sendmsg` of the caller's header (no `SIGPIPE`: the loop reports `EPIPE`).
 /// Needs Linux 5.3 (`IORING_OP_SENDMSG`).
 pub(super) fn send_msg(fd: RawFd, msg: *const libc::msghdr) -> squeue::Entry {

@@ -21,6 +21,8 @@ pub(super) struct Features {
     pub(super) read: bool,
     /// Multishot receive looks available (see `setup`).
     pub(super) recv_multi: bool,
+    /// Multishot accept looks available (see `setup`).
+    pub(super) accept_multi: bool,
 }
 
 /// Calls `build` with each size in turn while it fails with `ENOMEM`.
@@ -86,6 +88,10 @@ pub(super) fn setup(sizes: &[u32]) -> io::Result<(IoUring, Features)> {
         // still refuses the flag answers the receive with -EINVAL, and the caller falls
         // back to readiness for that socket.
         recv_multi: probe.is_supported(opcode::SendZc::CODE),
+        // Multishot accept (5.19) is a flag of ACCEPT; SOCKET is the opcode that came with
+        // it. A kernel that refuses the flag anyway answers -EINVAL, and the server falls
+        // back to accepting by readiness.
+        accept_multi: probe.is_supported(opcode::Socket::CODE),
     };
     let mut required = vec![
         ("PollAdd", opcode::PollAdd::CODE),
