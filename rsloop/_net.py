@@ -11,10 +11,13 @@ and friends, ``_add_reader``...). What runs per packet -- the transports -- is i
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 import weakref
-from asyncio import base_events, selector_events
+from asyncio import base_events, constants, selector_events, trsock
+from asyncio.log import logger
 from typing import Any
 
 from . import _transports
@@ -45,6 +48,8 @@ class NetMixin:
         self._set_transport_table(self._transports.data)  # type: ignore[attr-defined]
         # Listening Unix sockets to unlink on close (3.13's cleanup_socket): socket -> inode.
         self._unix_server_sockets: dict = {}
+        # Listening sockets accepted by the ring: socket -> its _Acceptor.
+        self._acceptors: dict = {}
 
     @property
     def _debug(self) -> bool:
@@ -107,16 +112,39 @@ class NetMixin:
         self._ensure_fd_no_transport(sock)
         return _transports.make_datagram_transport(self, sock, protocol, address, waiter, extra)
 
-    # ----- servers: accept on the listening socket's readiness -----
+    # ----- servers: multishot accept in the ring, else accept on readiness -----
 
-    _start_serving = _Selector._start_serving
+    def _start_serving(
+        self, protocol_factory, sock, sslcontext=None, server=None, backlog=100, *timeouts
+    ) -> None:
+        # `timeouts`: the SSL handshake timeout, and the shutdown timeout from 3.11 on, as
+        # this Python's asyncio passes them on to `_accept_connection2`.
+        fd = sock.fileno()
+        if fd == -1:
+            # Closed before a retry after EMFILE came due (asyncio logs a ValueError).
+            return
+        # (Stand-in sockets of tests, whose fileno() is no int, take asyncio's path.)
+        if type(fd) is int and sock.type == socket.SOCK_STREAM:
+            acceptor = _Acceptor(
+                self, protocol_factory, sock, sslcontext, server, backlog, timeouts
+            )
+            if acceptor.start():
+                self._acceptors[sock] = acceptor
+                return
+        _Selector._start_serving(
+            self, protocol_factory, sock, sslcontext, server, backlog, *timeouts
+        )
+
     _accept_connection = _Selector._accept_connection
     _accept_connection2 = _Selector._accept_connection2
 
     def _stop_serving(self, sock) -> None:
         path = sock.getsockname() if sock in self._unix_server_sockets else None
-        # (On io_uring the removal cancels the in-flight poll at once, so the close below
-        # really closes the listening socket.)
+        # (On io_uring both the stop and the removal cancel what is in flight at once, so
+        # the close below really closes the listening socket.)
+        acceptor = self._acceptors.pop(sock, None)
+        if acceptor is not None:
+            acceptor.stop()
         self._remove_reader(sock.fileno())  # type: ignore[attr-defined]
         sock.close()
         if path is not None:
@@ -149,3 +177,106 @@ class NetMixin:
     if _Unix is not None:
         create_unix_connection = _Unix.create_unix_connection
         create_unix_server = _Unix.create_unix_server
+
+
+class _Acceptor:
+    """One listening socket's multishot accept (io_uring): the kernel accepts, each new
+    connection's fd comes to :meth:`_on_accept`, and asyncio's own
+    ``_accept_connection2`` makes its transport, as after ``sock.accept()`` in asyncio's
+    ``_accept_connection``. Errors are handled as asyncio handles ``accept()``'s."""
+
+    __slots__ = (
+        "_loop",
+        "_factory",
+        "_sock",
+        "_sslcontext",
+        "_server",
+        "_backlog",
+        "_timeouts",
+        "_token",
+    )
+
+    def __init__(self, loop, protocol_factory, sock, sslcontext, server, backlog, timeouts):
+        self._loop = loop
+        self._factory = protocol_factory
+        self._sock = sock
+        self._sslcontext = sslcontext
+        self._server = server
+        self._backlog = backlog
+        self._timeouts = timeouts
+        self._token: int | None = None
+
+    def start(self) -> bool:
+        """Arms the accept; False where the backend accepts by readiness only."""
+        self._token = self._loop._accept_start(self._sock.fileno(), self._on_accept)
+        return self._token is not None
+
+    def stop(self) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            self._loop._accept_stop(token)
+
+    def _on_accept(self, result: int) -> None:
+        if result < 0:
+            self._ended(-result)
+            return
+        if self._token is None:
+            # Taken by the kernel before the stop reached it: the server is closing.
+            os.close(result)
+            return
+        sock = self._sock
+        loop = self._loop
+        try:
+            conn = socket.socket(sock.family, sock.type | socket.SOCK_NONBLOCK, sock.proto, result)
+        except BaseException:
+            os.close(result)
+            raise
+        if loop._debug:
+            try:
+                addr = conn.getpeername()
+            except OSError:
+                addr = None
+            logger.debug("%r got a new connection from %r: %r", self._server, addr, conn)
+        # No peername in `extra`: the transport asks the socket (accept's address is the
+        # same `getpeername()` answer).
+        loop.create_task(
+            loop._accept_connection2(
+                self._factory, conn, {}, self._sslcontext, self._server, *self._timeouts
+            )
+        )
+
+    def _ended(self, code: int) -> None:
+        """The kernel ended the accept with ``-code``: what asyncio does when ``accept()``
+        raises that error, then accept on."""
+        loop = self._loop
+        sock = self._sock
+        if self._token is None or loop._acceptors.get(sock) is not self:
+            return
+        del loop._acceptors[sock]
+        self._token = None
+        args = (self._factory, sock, self._sslcontext, self._server, self._backlog, *self._timeouts)
+        if code == errno.EINVAL:
+            # A kernel that refuses the multishot flag (or a socket that is not
+            # listening yet): accept by readiness, as asyncio does.
+            _Selector._start_serving(loop, *args)
+            return
+        if code in (errno.EAGAIN, errno.EINTR, errno.ECONNABORTED):
+            # asyncio's "accept buffer empty" errors: go on accepting.
+            loop._start_serving(*args)
+            return
+        exc = OSError(code, os.strerror(code))
+        if code in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            loop.call_exception_handler(
+                {
+                    "message": "socket.accept() out of system resource",
+                    "exception": exc,
+                    "socket": trsock.TransportSocket(sock),
+                }
+            )
+            loop.call_later(constants.ACCEPT_RETRY_DELAY, loop._start_serving, *args)
+            return
+        # asyncio lets the error reach the loop's handler from its reader callback (which
+        # stays installed): the same here, accepting on.
+        if code not in (errno.EBADF, errno.ENOTSOCK):
+            loop._start_serving(*args)
+        raise exc

@@ -1,0 +1,222 @@
+"""How servers accept: bursts of connections, running out of fds, and the io_uring
+multishot accept's fallback to readiness.
+
+On ``uring`` a server's listening socket is accepted by one multishot ACCEPT in the ring
+(``rsloop/_net.py``'s ``_Acceptor``); elsewhere by asyncio's ``_accept_connection`` on
+readiness. The behaviour tests run on every backend and stdlib asyncio alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import resource
+import socket
+from asyncio import constants
+
+import pytest
+from netutil import HOST, EchoServer, collecting, payload, run, tcp_echo_server, unix_path
+
+
+async def _echo_round_trip(loop, addr, data: bytes) -> tuple:
+    """One client connection: ``data`` out, the echo back; returns (local, peer) names."""
+    reader, writer = await asyncio.open_connection(*addr)
+    writer.write(data)
+    await writer.drain()
+    assert await reader.readexactly(len(data)) == data
+    names = (writer.get_extra_info("sockname"), writer.get_extra_info("peername"))
+    writer.close()
+    await writer.wait_closed()
+    return names
+
+
+def test_a_burst_of_connections_is_accepted_with_each_peer_named(loop):
+    async def main():
+        factory, protos = collecting(EchoServer)
+        server = await loop.create_server(factory, HOST, 0, backlog=200)
+        addr = server.sockets[0].getsockname()
+        names = await asyncio.gather(
+            *(_echo_round_trip(loop, addr, payload(64, seed=i)) for i in range(150))
+        )
+        server.close()
+        await server.wait_closed()
+        # Every server-side transport names its client as the client names itself.
+        clients = sorted(local for local, _ in names)
+        peers = sorted(p.transport.get_extra_info("peername") for p in protos)
+        assert peers == clients
+        assert all(peer == addr for _, peer in names)
+
+    run(loop, main())
+
+
+def test_unix_server_accepts(loop, tmp_path):
+    async def main():
+        path = unix_path(tmp_path)
+        factory, protos = collecting(EchoServer)
+        server = await loop.create_unix_server(factory, path)
+        for i in range(5):
+            reader, writer = await asyncio.open_unix_connection(path)
+            writer.write(b"x%d" % i)
+            assert await reader.readexactly(2) == b"x%d" % i
+            writer.close()
+            await writer.wait_closed()
+        assert len(protos) == 5
+        assert all(p.transport.get_extra_info("peername") == "" for p in protos)
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+
+
+def test_closed_server_refuses_at_once_and_accepts_nothing_more(loop):
+    async def main():
+        factory, protos = collecting(EchoServer)
+        server = await loop.create_server(factory, HOST, 0)
+        addr = server.sockets[0].getsockname()
+        await _echo_round_trip(loop, addr, b"before")
+        server.close()
+        await server.wait_closed()
+        with pytest.raises(ConnectionRefusedError):
+            await loop.create_connection(asyncio.Protocol, *addr)
+        assert len(protos) == 1
+
+    run(loop, main())
+
+
+def _fill_fd_table() -> tuple[list[int], tuple[int, int]]:
+    """Lowers this process's fd limit to just above the fds open now and takes every free
+    number below it, so the next accept fails with EMFILE. Returns the fds taken and the
+    old limit, for :func:`_free_fd_table`."""
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    highest = max(int(name) for name in os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 4, old[1]))
+    taken = []
+    try:
+        while True:
+            taken.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as exc:
+        assert exc.errno == errno.EMFILE
+    return taken, old
+
+
+def _free_fd_table(taken: list[int], old: tuple[int, int]) -> None:
+    for fd in taken:
+        os.close(fd)
+    resource.setrlimit(resource.RLIMIT_NOFILE, old)
+
+
+def test_out_of_fds_reports_backs_off_and_accepts_again(loop, handler_log, monkeypatch):
+    """asyncio's rule: EMFILE from accept goes to the exception handler as "socket.accept()
+    out of system resource", accepting pauses for ACCEPT_RETRY_DELAY, then resumes; the
+    waiting connection is served, not lost. (The fd limit is lowered before the server
+    starts serving: io_uring's ACCEPT takes the limit as it is when armed.)"""
+    monkeypatch.setattr(constants, "ACCEPT_RETRY_DELAY", 0.05)
+
+    async def main():
+        factory, protos = collecting(EchoServer)
+        # backlog=1: asyncio tries accept() `backlog` times per wake-up and schedules a
+        # retry for each EMFILE; with one, no stale retry outlives the server.
+        server = await loop.create_server(factory, HOST, 0, backlog=1, start_serving=False)
+        addr = server.sockets[0].getsockname()
+        client = socket.socket()
+        client.setblocking(False)
+        taken, old = _fill_fd_table()
+        try:
+            await server.start_serving()
+            try:
+                client.connect(addr)
+            except BlockingIOError:
+                pass
+            for _ in range(200):
+                if handler_log:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            _free_fd_table(taken, old)
+        contexts = handler_log.take()
+        assert contexts
+        for ctx in contexts:
+            assert ctx["message"] == "socket.accept() out of system resource"
+            assert isinstance(ctx["exception"], OSError)
+            assert ctx["exception"].errno == errno.EMFILE
+            assert ctx["socket"].fileno() == server.sockets[0].fileno()
+        # After the back-off the same connection is accepted and served.
+        await loop.sock_sendall(client, b"still here")
+        assert await loop.sock_recv(client, 100) == b"still here"
+        assert len(protos) == 1
+        client.close()
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+
+
+def test_uring_servers_accept_in_the_ring_and_stop_at_close(loop):
+    if getattr(loop, "backend", None) != "uring":
+        pytest.skip("multishot accept is the uring backend's")
+
+    async def main():
+        server, addr, _ = await tcp_echo_server(loop)
+        [sock] = server.sockets
+        assert list(loop._acceptors) == [sock._sock]
+        await _echo_round_trip(loop, addr, b"ring")
+        server.close()
+        await server.wait_closed()
+        assert not loop._acceptors
+
+    run(loop, main())
+
+
+def test_uring_server_falls_back_to_readiness_when_the_kernel_refuses(loop):
+    """A kernel without multishot accept answers the first ACCEPT with -EINVAL: that
+    server then accepts by readiness, as asyncio does."""
+    if getattr(loop, "backend", None) != "uring":
+        pytest.skip("multishot accept is the uring backend's")
+    native_start = loop._accept_start
+    refused = []
+
+    def refusing_start(fd, callback):
+        token = native_start(fd, callback)
+        loop._accept_stop(token)
+        refused.append(fd)
+        loop.call_soon(callback, -errno.EINVAL)
+        return token
+
+    loop._accept_start = refusing_start
+
+    async def main():
+        server, addr, _ = await tcp_echo_server(loop)
+        await asyncio.sleep(0)
+        assert refused == [server.sockets[0].fileno()]
+        assert not loop._acceptors
+        for i in range(3):
+            await _echo_round_trip(loop, addr, b"ready%d" % i)
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+
+
+def test_uring_accept_errors_reach_the_handler_and_accepting_goes_on(loop, handler_log):
+    """As asyncio's reader callback does when accept() raises something that is neither
+    "try again" nor "out of resources": the loop's handler hears it, the server accepts on."""
+    if getattr(loop, "backend", None) != "uring":
+        pytest.skip("drives the uring acceptor's error path")
+
+    async def main():
+        server, addr, _ = await tcp_echo_server(loop)
+        [acceptor] = loop._acceptors.values()
+        # The kernel ends the accept with EPERM (as a firewall hook can make accept fail).
+        loop._accept_stop(acceptor._token)
+        loop.call_soon(acceptor._on_accept, -errno.EPERM)
+        await asyncio.sleep(0)
+        [ctx] = handler_log.take()
+        assert isinstance(ctx["exception"], PermissionError)
+        assert ctx["exception"].errno == errno.EPERM
+        assert len(loop._acceptors) == 1
+        await _echo_round_trip(loop, addr, b"on")
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
