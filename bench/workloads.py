@@ -364,6 +364,55 @@ def stream_echo(loop, n):
     return n, dt
 
 
+# 7c. Accepting connections -----------------------------------------------------------------
+ACCEPT_CONCURRENCY = 8
+
+
+def tcp_accept(loop, n):
+    """``n`` TCP connections over loopback to a ``create_server`` server on this loop,
+    ACCEPT_CONCURRENCY at a time; the server's Protocol closes each one in
+    ``connection_made``, the client (a plain non-blocking socket: ``sock_connect``, then
+    ``sock_recv`` until the EOF) then closes its end. Measures what a server pays per
+    connection: accepting (readiness and ``accept()``, or the ring's multishot accept),
+    making the transport and protocol, and closing them. Client and server share the
+    loop, so the client's connect and close are in the time as well."""
+    import socket
+
+    class Server(asyncio.Protocol):
+        def connection_made(self, transport):
+            transport.close()
+
+    async def setup():
+        return await loop.create_server(Server, "127.0.0.1", 0, backlog=256)
+
+    server = loop.run_until_complete(setup())
+    addr = server.sockets[0].getsockname()
+
+    async def one():
+        sock = socket.socket()
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, addr)
+            if await loop.sock_recv(sock, 1) != b"":
+                raise AssertionError("tcp_accept: data where EOF was expected")
+        finally:
+            sock.close()
+
+    async def client(count):
+        for _ in range(count):
+            await one()
+
+    per = [
+        n // ACCEPT_CONCURRENCY + (i < n % ACCEPT_CONCURRENCY) for i in range(ACCEPT_CONCURRENCY)
+    ]
+    t0 = _start()
+    loop.run_until_complete(asyncio.gather(*(client(k) for k in per)))
+    dt = _stop(t0)
+    server.close()
+    loop.run_until_complete(server.wait_closed())
+    return n, dt
+
+
 # 8. subprocess spawn and wait -------------------------------------------------------------
 TRUE = "/bin/true"
 ECHO = "/bin/echo"
@@ -427,6 +476,7 @@ WORKLOADS = {
     "call_soon_threadsafe": (call_soon_threadsafe, 100_000, 25_000),
     "socket_echo": (socket_echo, 50_000, 12_000),
     "stream_echo": (stream_echo, 40_000, 10_000),
+    "tcp_accept": (tcp_accept, 5_000, 1_500),
     "subprocess_wait": (subprocess_wait, 500, 150),
     "subprocess_communicate": (subprocess_communicate, 500, 150),
 }
