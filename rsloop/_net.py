@@ -11,6 +11,7 @@ and friends, ``_add_reader``...). What runs per packet -- the transports -- is i
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import os
 import socket
@@ -194,6 +195,7 @@ class _Acceptor:
         "_backlog",
         "_timeouts",
         "_token",
+        "_context",
     )
 
     def __init__(self, loop, protocol_factory, sock, sslcontext, server, backlog, timeouts):
@@ -205,6 +207,9 @@ class _Acceptor:
         self._backlog = backlog
         self._timeouts = timeouts
         self._token: int | None = None
+        # asyncio's reader handle copies the context of `_start_serving`'s caller, and
+        # each connection's task copies that: the protocol factory sees its contextvars.
+        self._context = contextvars.copy_context()
 
     def start(self) -> bool:
         """Arms the accept; False where the backend accepts by readiness only."""
@@ -231,38 +236,41 @@ class _Acceptor:
         except BaseException:
             os.close(result)
             raise
+        try:
+            # What accept() would have said, asked before a reset can erase it.
+            extra = {"peername": conn.getpeername()}
+        except OSError:
+            extra = {}
         if loop._debug:
-            try:
-                addr = conn.getpeername()
-            except OSError:
-                addr = None
-            logger.debug("%r got a new connection from %r: %r", self._server, addr, conn)
-        # No peername in `extra`: the transport asks the socket (accept's address is the
-        # same `getpeername()` answer).
-        loop.create_task(
-            loop._accept_connection2(
-                self._factory, conn, {}, self._sslcontext, self._server, *self._timeouts
+            logger.debug(
+                "%r got a new connection from %r: %r", self._server, extra.get("peername"), conn
             )
+        coro = loop._accept_connection2(
+            self._factory, conn, extra, self._sslcontext, self._server, *self._timeouts
         )
+        self._context.run(loop.create_task, coro)
 
     def _ended(self, code: int) -> None:
         """The kernel ended the accept with ``-code``: what asyncio does when ``accept()``
         raises that error, then accept on."""
         loop = self._loop
         sock = self._sock
-        if self._token is None or loop._acceptors.get(sock) is not self:
+        token, self._token = self._token, None
+        if token is None:
             return
-        del loop._acceptors[sock]
-        self._token = None
+        # The ended accept leaves the loop's table (it is not armed: this removes it).
+        loop._accept_stop(token)
+        if loop._acceptors.get(sock) is self:
+            del loop._acceptors[sock]
         args = (self._factory, sock, self._sslcontext, self._server, self._backlog, *self._timeouts)
         if code == errno.EINVAL:
             # A kernel that refuses the multishot flag (or a socket that is not
             # listening yet): accept by readiness, as asyncio does.
-            _Selector._start_serving(loop, *args)
+            self._context.run(_Selector._start_serving, loop, *args)
             return
         if code in (errno.EAGAIN, errno.EINTR, errno.ECONNABORTED):
             # asyncio's "accept buffer empty" errors: go on accepting.
-            loop._start_serving(*args)
+            self._context.run(loop._start_serving, *args)
             return
         exc = OSError(code, os.strerror(code))
         if code in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
@@ -273,10 +281,12 @@ class _Acceptor:
                     "socket": trsock.TransportSocket(sock),
                 }
             )
-            loop.call_later(constants.ACCEPT_RETRY_DELAY, loop._start_serving, *args)
+            loop.call_later(
+                constants.ACCEPT_RETRY_DELAY, loop._start_serving, *args, context=self._context
+            )
             return
         # asyncio lets the error reach the loop's handler from its reader callback (which
         # stays installed): the same here, accepting on.
         if code not in (errno.EBADF, errno.ENOTSOCK):
-            loop._start_serving(*args)
+            self._context.run(loop._start_serving, *args)
         raise exc

@@ -9,10 +9,13 @@ readiness. The behaviour tests run on every backend and stdlib asyncio alike.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
 import os
 import resource
 import socket
+import threading
+import time
 from asyncio import constants
 
 import pytest
@@ -220,3 +223,71 @@ def test_uring_accept_errors_reach_the_handler_and_accepting_goes_on(loop, handl
         await server.wait_closed()
 
     run(loop, main())
+
+
+CONNECTION_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("CONNECTION_VAR")
+
+
+def test_connections_run_in_the_context_of_start_serving(loop):
+    """asyncio's reader handle copies the context `_start_serving` runs in; the protocol
+    factory of each connection sees those contextvars, not the accept callback's."""
+
+    async def main():
+        seen = []
+
+        def factory():
+            seen.append(CONNECTION_VAR.get("unset"))
+            return EchoServer()
+
+        token = CONNECTION_VAR.set("server's")
+        server = await loop.create_server(factory, HOST, 0)
+        CONNECTION_VAR.reset(token)
+        addr = server.sockets[0].getsockname()
+        await _echo_round_trip(loop, addr, b"ctx")
+        assert seen == ["server's"]
+        server.close()
+        await server.wait_closed()
+
+    run(loop, main())
+
+
+def _in_thread(fn):
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(30)
+    assert not t.is_alive() and out, "loop thread hung or failed"
+    return out[0]
+
+
+def test_a_connection_made_while_the_loop_moves_threads_is_served(loop):
+    """A loop run on one thread, then on another (io_uring: a new ring there, the old
+    ring's accept cancelled, what it took handed over): a client that connected in
+    between is served, not dropped."""
+
+    async def start():
+        return await loop.create_server(EchoServer, HOST, 0)
+
+    server = _in_thread(lambda: loop.run_until_complete(start()))
+    addr = server.sockets[0].getsockname()
+    client = socket.create_connection(addr, timeout=5)
+    try:
+        client.sendall(b"moved")
+        time.sleep(0.05)  # the old ring (if any) accepts it now, with no one reaping
+
+        async def serve():
+            for _ in range(500):
+                if client_got:
+                    break
+                await asyncio.sleep(0.01)
+            server.close()
+            await server.wait_closed()
+
+        client_got: list = []
+        reader = threading.Thread(target=lambda: client_got.append(client.recv(100)))
+        reader.start()
+        _in_thread(lambda: loop.run_until_complete(serve()))
+        reader.join(5)
+        assert client_got == [b"moved"]
+    finally:
+        client.close()

@@ -63,12 +63,15 @@ impl LoopCore {
                 return Ok(());
             }
         }
-        if let Some(old) = slot.take() {
+        let mut accepted = Vec::new();
+        if let Some(mut old) = slot.take() {
             if old.is_inherited() {
                 old.abandon();
             } else {
                 // The loop moved to another thread: close the old ring (its requests are
-                // cancelled) and arm everything again from this one.
+                // cancelled) and arm everything again from this one. Connections the old
+                // ring accepted meanwhile still go to their servers.
+                accepted = old.retire();
                 drop(old);
             }
             self.queues.with(py, |q| {
@@ -76,6 +79,7 @@ impl LoopCore {
                 q.streams.rearm_all();
             });
         }
+        self.deliver_accepted(py, accepted)?;
         let (driver, reason) = driver::select(self.requested).map_err(|e| {
             let msg = format!("rsloop: cannot create the {:?} driver: {e}", self.requested);
             match crate::sys::error_code(&e) {
@@ -96,6 +100,27 @@ impl LoopCore {
         *lock(&self.waker) = Some(driver.waker());
         *slot = Some(driver);
         // Watchers added before the loop ever ran are armed by the first flush.
+        Ok(())
+    }
+
+    /// Queues each connection an old ring accepted for its server's callback (closing the
+    /// fds of servers that are gone).
+    fn deliver_accepted(&self, py: Python<'_>, accepted: Vec<MultiCompletion>) -> PyResult<()> {
+        let debug = self.debug();
+        for mut c in accepted {
+            // Not final: the accept stays registered (re-armed on the new ring).
+            c.more = true;
+            let (action, gone) = self.queues.with(py, |q| q.streams.complete(py, &c));
+            drop(gone);
+            let Action::Deliver(callback) = action else {
+                crate::sys::close_raw(c.result);
+                continue;
+            };
+            let arg = c.result.into_pyobject(py)?.into_any().unbind();
+            let args = pyo3::types::PyTuple::new(py, [arg])?.unbind();
+            let handle = Py::new(py, Handle::new(callback, args, None, None, debug))?;
+            self.queues.with(py, |q| q.ready.push_back(handle));
+        }
         Ok(())
     }
 

@@ -245,6 +245,16 @@ impl Driver {
         }
     }
 
+    /// Ends every operation in flight now (as dropping the driver does) and returns the
+    /// connections multishot accepts took meanwhile, whose fds are now the caller's.
+    pub fn retire(&mut self) -> Vec<MultiCompletion> {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(d) => d.retire(),
+            Driver::Poll(_) => Vec::new(),
+        }
+    }
+
     /// Whether this driver was created in another process (we are a forked child):
     /// such a driver must be dropped with [`Driver::abandon`] and never used.
     pub fn is_inherited(&self) -> bool {

@@ -499,14 +499,22 @@ impl UringDriver {
         }
     }
 
+    /// Ends every op in flight now, as dropping the driver does, and returns the
+    /// connections its accepts took meanwhile (fds now the caller's): a loop moving to
+    /// another thread hands them to their servers rather than dropping them.
+    pub fn retire(&mut self) -> Vec<MultiCompletion> {
+        self.retire_ops()
+    }
+
     /// Cancels every receive, send and accept still in flight and reaps until their final
     /// CQEs (bounded), so neither the provided buffers nor the senders' bytes are read or
-    /// written by the kernel after the driver is gone, and every fd an accept made is
-    /// closed rather than leaked.
-    fn retire_ops(&mut self) {
+    /// written by the kernel after the driver is gone. Returns the connections accepted
+    /// in the meantime.
+    fn retire_ops(&mut self) -> Vec<MultiCompletion> {
+        let mut accepted = Vec::new();
         let targets = self.inflight.retire_user_data();
         if targets.is_empty() {
-            return;
+            return accepted;
         }
         let mut accepts = Vec::new();
         for user_data in targets {
@@ -518,24 +526,23 @@ impl UringDriver {
             }
             // Through `cancel`, so the final -ECANCELED reads as ours (not re-armed).
             if self.cancel(entry.token).is_err() {
-                return;
+                return accepted;
             }
         }
         let mut discard = Vec::new();
         for _ in 0..RETIRE_ROUNDS {
             if self.enter(Some(Duration::from_millis(10))).is_err() {
-                return;
+                break;
             }
             self.reap(&mut discard);
-            for c in self.multi.drain(..) {
-                if c.result >= 0 && c.buf.is_none() && accepts.contains(&c.token) {
-                    sys::fd::close_raw(c.result);
-                }
-            }
+            accepted.extend(self.multi.drain(..).filter(|c| {
+                c.result >= 0 && c.buf.is_none() && accepts.contains(&c.token)
+            }));
             if self.inflight.retire_user_data().is_empty() {
-                return;
+                break;
             }
         }
+        accepted
     }
 
     /// Cancels the waker READ and reaps until its final CQE, so `wake_buf` can be freed.
@@ -578,7 +585,10 @@ impl Drop for UringDriver {
             return;
         }
         let buf_free = self.retire_waker();
-        self.retire_ops();
+        for c in self.retire_ops() {
+            // No one is left to take these connections.
+            sys::fd::close_raw(c.result);
+        }
         if self.inflight.recvs() > 0 {
             // A receive may still be writing into a buffer while the ring is torn down
             // (asynchronously, in the kernel): leak the buffers rather than free them under
