@@ -535,9 +535,11 @@ impl UringDriver {
                 break;
             }
             self.reap(&mut discard);
-            accepted.extend(self.multi.drain(..).filter(|c| {
-                c.result >= 0 && c.buf.is_none() && accepts.contains(&c.token)
-            }));
+            accepted.extend(
+                self.multi
+                    .drain(..)
+                    .filter(|c| c.result >= 0 && c.buf.is_none() && accepts.contains(&c.token)),
+            );
             if self.inflight.retire_user_data().is_empty() {
                 break;
             }
