@@ -41,6 +41,10 @@ use crate::sys::sock;
 use crate::sys::sockaddr::SockAddr;
 
 const WRITE_ERROR: &str = "Fatal write error on datagram transport";
+/// Datagrams read per readiness event at most: a socket with many queued costs one loop
+/// iteration per batch instead of one per datagram, while one busy socket cannot hold the
+/// loop for long.
+const READ_BATCH: usize = 16;
 const READ_ERROR: &str = "Fatal read error on datagram transport";
 
 static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -474,35 +478,43 @@ impl DatagramCore {
         Ok(())
     }
 
-    /// The fd is readable: one `recvfrom`, handed to the protocol.
+    /// The fd is readable: `recvfrom` and hand each datagram to the protocol, up to
+    /// [`READ_BATCH`] of them while the socket has more and the transport still reads
+    /// (asyncio takes one per readiness event; libuv, under uvloop, up to 32).
     fn _read_ready(&self, py: Python<'_>) -> PyResult<()> {
-        let (lost, protocol) = self.state.with(py, |s| {
-            (
-                s.base.conn_lost,
-                s.base.protocol.as_ref().map(|p| p.clone_ref(py)),
-            )
-        });
-        let Some(protocol) = protocol.filter(|_| lost == 0) else {
-            return Ok(());
-        };
-        if !native_family(self.family) {
-            return self.read_python(py, protocol);
+        for i in 0..READ_BATCH {
+            let (lost, reading, protocol) = self.state.with(py, |s| {
+                (
+                    s.base.conn_lost,
+                    s.base.is_reading(),
+                    s.base.protocol.as_ref().map(|p| p.clone_ref(py)),
+                )
+            });
+            // The first read is asyncio's, whatever the flags; later ones stop once the
+            // protocol paused or closed the transport.
+            let Some(protocol) = protocol.filter(|_| lost == 0 && (i == 0 || reading)) else {
+                return Ok(());
+            };
+            if !native_family(self.family) {
+                return self.read_python(py, protocol);
+            }
+            let got = with_scratch(|buf| {
+                sock::recv_from(self.fd, buf).map(|(n, addr)| (PyBytes::new(py, &buf[..n]), addr))
+            });
+            let (data, addr) = match got {
+                Ok(got) => got,
+                Err(e) if would_block(&e) => return Ok(()),
+                Err(e) => return self.error_received(py, os_error(&e)),
+            };
+            let addr = match self.addr_object(py, &addr) {
+                Ok(a) => a,
+                Err(e) if is_exit(&e, py) => return Err(e),
+                Err(e) => return self.fatal(py, e, READ_ERROR),
+            };
+            // As asyncio: an exception from the protocol goes to the loop's handler (the
+            // datagrams after it wait for the next readiness event).
+            protocol.call_method1(py, intern!(py, "datagram_received"), (data, addr))?;
         }
-        let got = with_scratch(|buf| {
-            sock::recv_from(self.fd, buf).map(|(n, addr)| (PyBytes::new(py, &buf[..n]), addr))
-        });
-        let (data, addr) = match got {
-            Ok(got) => got,
-            Err(e) if would_block(&e) => return Ok(()),
-            Err(e) => return self.error_received(py, os_error(&e)),
-        };
-        let addr = match self.addr_object(py, &addr) {
-            Ok(a) => a,
-            Err(e) if is_exit(&e, py) => return Err(e),
-            Err(e) => return self.fatal(py, e, READ_ERROR),
-        };
-        // As asyncio: an exception from the protocol goes to the loop's handler.
-        protocol.call_method1(py, intern!(py, "datagram_received"), (data, addr))?;
         Ok(())
     }
 
