@@ -103,6 +103,20 @@ impl LoopCore {
         Ok(())
     }
 
+    /// Queues a ready handle calling `callback(arg)` (a completion's answer for its owner).
+    fn queue_call(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        arg: Py<PyAny>,
+        debug: bool,
+    ) -> PyResult<()> {
+        let args = pyo3::types::PyTuple::new(py, [arg])?.unbind();
+        let handle = Py::new(py, Handle::new(callback, args, None, None, debug))?;
+        self.queues.with(py, |q| q.ready.push_back(handle));
+        Ok(())
+    }
+
     /// Queues each connection an old ring accepted for its server's callback (closing the
     /// fds of servers that are gone).
     fn deliver_accepted(&self, py: Python<'_>, accepted: Vec<MultiCompletion>) -> PyResult<()> {
@@ -117,9 +131,7 @@ impl LoopCore {
                 continue;
             };
             let arg = c.result.into_pyobject(py)?.into_any().unbind();
-            let args = pyo3::types::PyTuple::new(py, [arg])?.unbind();
-            let handle = Py::new(py, Handle::new(callback, args, None, None, debug))?;
-            self.queues.with(py, |q| q.ready.push_back(handle));
+            self.queue_call(py, callback, arg, debug)?;
         }
         Ok(())
     }
@@ -398,9 +410,7 @@ impl LoopCore {
                 continue;
             };
             let arg = c.result.into_pyobject(py)?.into_any().unbind();
-            let args = pyo3::types::PyTuple::new(py, [arg])?.unbind();
-            let handle = Py::new(py, Handle::new(callback, args, None, None, debug))?;
-            self.queues.with(py, |q| q.ready.push_back(handle));
+            self.queue_call(py, callback, arg, debug)?;
         }
         Ok(())
     }
@@ -427,9 +437,7 @@ impl LoopCore {
                 Some(bytes) => bytes,
                 None => c.result.into_pyobject(py)?.into_any().unbind(),
             };
-            let args = pyo3::types::PyTuple::new(py, [arg])?.unbind();
-            let handle = Py::new(py, Handle::new(callback, args, None, None, debug))?;
-            self.queues.with(py, |q| q.ready.push_back(handle));
+            self.queue_call(py, callback, arg, debug)?;
             self.stats.io_events.add(1);
         }
         Ok(())
