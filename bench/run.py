@@ -277,7 +277,12 @@ def summarize(loops, workloads, samples, metric="wall"):
             if not ok:
                 why = next((r.get("skip") or r.get("error") for r in runs), "not run")
                 na = next((r["unsupported"] for r in runs if "unsupported" in r), None)
-                row[lp] = {"missing": f"n/a ({na})" if na else why, "unsupported": bool(na)}
+                failed = not na and any("error" in r for r in runs)
+                row[lp] = {
+                    "missing": f"n/a ({na})" if na else why,
+                    "unsupported": bool(na),
+                    "failed": failed,
+                }
                 continue
             rates = sorted(r[key] for r in ok)
             med = statistics.median(rates)
@@ -316,12 +321,15 @@ def summarize(loops, workloads, samples, metric="wall"):
 
 
 def _shown(loops, table) -> list:
-    """Loops with a figure or an n/a (unsupported) in at least one workload."""
+    """Loops with a figure, an n/a (unsupported) or a failure in at least one workload
+    (a loop that is only not installed is left out)."""
     return [
         lp
         for lp in loops
         if any(
-            "median_ops_per_s" in table[w]["loops"][lp] or table[w]["loops"][lp].get("unsupported")
+            "median_ops_per_s" in table[w]["loops"][lp]
+            or table[w]["loops"][lp].get("unsupported")
+            or table[w]["loops"][lp].get("failed")
             for w in table
         )
     ]
@@ -343,6 +351,8 @@ def summary_table(loops, table, meta, metric) -> list:
             s = t["loops"][lp]
             if s.get("unsupported"):
                 cells.append("n/a")
+            elif s.get("failed"):
+                cells.append("failed")
             elif "median_ops_per_s" not in s:
                 cells.append("–")
             else:
@@ -350,6 +360,14 @@ def summary_table(loops, table, meta, metric) -> list:
         r = t["rsloop_vs_best_peer"]
         cells.append(f"{r:.2f}× ({t['best_peer']})" if r else "–")
         out.append(f"| {wl} | " + " | ".join(cells) + " |")
+    failures = [
+        f"- {lp} / {wl}: failed every run ({t['loops'][lp]['missing']})"
+        for wl, t in table.items()
+        for lp in shown
+        if t["loops"][lp].get("failed")
+    ]
+    if failures:
+        out += ["", *failures]
     return out
 
 
