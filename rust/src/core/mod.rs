@@ -7,6 +7,7 @@
 //! behind a short `Mutex` that is never held while Python code runs or while a Python object
 //! is dropped (a drop can run `__del__`, which can call back into the loop).
 
+pub mod backend;
 pub mod run;
 pub mod stats;
 pub mod streams;

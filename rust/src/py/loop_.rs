@@ -14,7 +14,7 @@ use pyo3::PyTraverseError;
 
 use super::convert::seconds;
 use super::support::{asyncio_types, format_module};
-use crate::core::run::planned_backend;
+use crate::core::backend::planned_backend;
 use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
