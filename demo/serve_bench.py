@@ -120,6 +120,18 @@ def peak_rss_mib(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """The process's (user, system) CPU seconds so far, from /proc/PID/stat."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    fields = stat.rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def stop_server(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -141,10 +153,12 @@ def parse_wrk(out: str) -> dict:
     for pct in ("50", "99"):
         m = re.search(rf"^\s+{pct}(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
         lat[pct] = float(m.group(1)) * _UNITS[m.group(2)] if m else None
+    total = re.search(r"(\d+) requests in", out)
     errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     sock_err = re.search(r"Socket errors:.*", out)
     return {
         "rps": float(rps.group(1)),
+        "requests": int(total.group(1)) if total else None,
         "p50_ms": lat["50"],
         "p99_ms": lat["99"],
         "non_2xx": int(errors.group(1)) if errors else 0,
@@ -164,8 +178,16 @@ def measure(args, wrk: str, loop: str, route: str) -> dict:
         url = f"http://127.0.0.1:{port}{ROUTES[route]}"
         if args.warmup:
             run_wrk(wrk, url, args.warmup, args.connections)
+        before = cpu_seconds(proc.pid)
         result = run_wrk(wrk, url, args.duration, args.connections)
+        after = cpu_seconds(proc.pid)
         result["peak_rss_mib"] = peak_rss_mib(proc.pid)
+        if before and after and result["requests"]:
+            # The server's CPU per request, user and kernel: steadier than requests/s on a
+            # shared machine, and it shows which side a change moved.
+            n = result["requests"]
+            result["user_us"] = 1e6 * (after[0] - before[0]) / n
+            result["sys_us"] = 1e6 * (after[1] - before[1]) / n
         return result
     finally:
         stop_server(proc)
@@ -221,11 +243,12 @@ def summarize(args, raw: dict) -> tuple[list[str], dict]:
     lines = [
         f"FastAPI (demo/app.py) under uvicorn, wrk -t1 -c{args.connections} -d{args.duration:g}s "
         f"over loopback; medians of {args.repeat} server processes per cell; paired: the "
-        "median over repeats of the ratio within one repeat; spread: (max - min) / median.",
+        "median over repeats of the ratio within one repeat; spread: (max - min) / median; "
+        "CPU: the server's user + system CPU time per request.",
         "",
         "| route | loop | requests/s | ×uvloop | paired ×uvloop | spread | p50 ms | p99 ms "
-        "| peak RSS MiB |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| CPU µs/req (user + sys) | peak RSS MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for route in args.routes:
         row = {}
@@ -244,6 +267,11 @@ def summarize(args, raw: dict) -> tuple[list[str], dict]:
                 / statistics.median(r["rps"] for r in ok),
                 "failed_runs": len(runs) - len(ok),
             }
+            cpu = [r for r in ok if r.get("user_us") is not None]
+            if cpu:
+                row[loop]["user_us"] = statistics.median(r["user_us"] for r in cpu)
+                row[loop]["sys_us"] = statistics.median(r["sys_us"] for r in cpu)
+                row[loop]["cpu_us"] = statistics.median(r["user_us"] + r["sys_us"] for r in cpu)
             # Each repeat serves the loops back to back: the ratio within one repeat cancels
             # a slow phase of a shared machine, which the ratio of medians still carries.
             pairs = [
@@ -256,14 +284,19 @@ def summarize(args, raw: dict) -> tuple[list[str], dict]:
         for loop in args.loops:
             s = row[loop]
             if "rps" not in s:
-                lines.append(f"| /{route} | {loop} | n/a ({s['missing']}) | | | | | | |")
+                lines.append(f"| /{route} | {loop} | n/a ({s['missing']}) | | | | | | | |")
                 continue
             ratio = f"{s['rps'] / base:.2f}×" if base else "–"
             paired = f"{s['paired_ratio']:.2f}×" if s["paired_ratio"] else "–"
+            cpu = (
+                f"{s['cpu_us']:.0f} ({s['user_us']:.0f} + {s['sys_us']:.0f})"
+                if "cpu_us" in s
+                else "–"
+            )
             lines.append(
                 f"| /{route} | {loop} | {s['rps']:,.0f} | {ratio} | {paired} | "
                 f"{100 * s['spread']:.0f} % | "
-                f"{fmt_ms(s['p50_ms'])} | {fmt_ms(s['p99_ms'])} | {s['peak_rss_mib']:.1f} |"
+                f"{fmt_ms(s['p50_ms'])} | {fmt_ms(s['p99_ms'])} | {cpu} | {s['peak_rss_mib']:.1f} |"
             )
         table[route] = row
     return lines, table
@@ -314,7 +347,12 @@ def main(argv=None) -> int:
                 except Exception as exc:  # noqa: BLE001 - reported in the table
                     r = {"error": f"{type(exc).__name__}: {exc}"}
                 raw[route][loop].append(r)
-                shown = f"{r['rps']:,.0f} req/s p99 {fmt_ms(r['p99_ms'])} ms" if "rps" in r else r
+                shown = (
+                    f"{r['rps']:,.0f} req/s p99 {fmt_ms(r['p99_ms'])} ms "
+                    f"cpu {r.get('user_us', 0):.0f}+{r.get('sys_us', 0):.0f} us/req"
+                    if "rps" in r
+                    else r
+                )
                 print(
                     f"  rep {rep + 1}/{args.repeat} /{route:<6} {loop:<8} {shown}", file=sys.stderr
                 )

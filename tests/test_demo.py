@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,7 @@ def test_serve_bench_parses_wrk():
     got = serve_bench.parse_wrk(WRK_OUTPUT)
     assert got == {
         "rps": 10270.55,
+        "requests": 51384,
         "p50_ms": 6.06,
         "p99_ms": 1020.0,
         "non_2xx": 0,
@@ -78,7 +80,8 @@ def test_serve_bench_pairs_runs_of_one_repeat():
     args = sb.parse_args(["--loops", "uvloop,rsloop", "--routes", "json", "--repeat", "3"])
 
     def run(rps):
-        return {"rps": rps, "p50_ms": 1.0, "p99_ms": 2.0, "peak_rss_mib": 40.0}
+        cpu = {"user_us": 1e6 / rps, "sys_us": 2e5 / rps}
+        return {"rps": rps, "p50_ms": 1.0, "p99_ms": 2.0, "peak_rss_mib": 40.0, **cpu}
 
     # The machine slows down for a while (uvloop's third run, rsloop's first and third):
     # the ratio of the medians says 0.55, the ratios within each repeat 0.55, 1.1 and 1.1.
@@ -92,10 +95,26 @@ def test_serve_bench_pairs_runs_of_one_repeat():
     assert table["json"]["rsloop"]["rps"] / table["json"]["uvloop"]["rps"] == pytest.approx(0.55)
     assert table["json"]["rsloop"]["paired_ratio"] == pytest.approx(1.1)
     assert table["json"]["uvloop"]["paired_ratio"] == pytest.approx(1.0)
+    assert table["json"]["rsloop"]["cpu_us"] == pytest.approx(1.2e6 / 5_500)
+    assert table["json"]["rsloop"]["sys_us"] == pytest.approx(2e5 / 5_500)
     # A failed run pairs with nothing.
     raw["json"]["rsloop"][1] = {"error": "boom"}
     _, table = sb.summarize(args, raw)
     assert table["json"]["rsloop"]["paired_ratio"] == pytest.approx((0.55 + 1.1) / 2)
+
+
+def test_serve_bench_reads_cpu_time_of_a_process():
+    sb = _serve_bench()
+    if not sys.platform.startswith("linux"):
+        pytest.skip("/proc is Linux's")
+    before = sb.cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+    after = sb.cpu_seconds(os.getpid())
+    assert before is not None and after is not None
+    assert after[0] + after[1] - before[0] - before[1] >= 0.1
+    assert sb.cpu_seconds(2**22 + 1) is None  # no such process
 
 
 def test_serve_bench_python_path_is_made_absolute():
