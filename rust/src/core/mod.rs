@@ -247,17 +247,13 @@ impl LoopCore {
         )
     }
 
-    /// Whether transports read and write through the ring (multishot receive and queued
-    /// sends), rather than by readiness.
-    pub fn ring_io(&self) -> bool {
-        lock(&self.driver)
-            .as_ref()
-            .is_some_and(|d| d.supports_recv_multi())
-    }
-
-    /// Whether transports send through the ring (gathered per iteration, sent with the wait).
+    /// Whether transports send through the ring (gathered per iteration, sent with the wait)
+    /// rather than inside `write()`.
     pub fn ring_sends(&self) -> bool {
-        self.ring_sends_allowed && self.ring_io()
+        self.ring_sends_allowed
+            && lock(&self.driver)
+                .as_ref()
+                .is_some_and(|d| d.supports_send_msg())
     }
 
     /// Stops a receive started by `recv_start` or an accept started by `accept_start`

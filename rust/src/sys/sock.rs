@@ -81,6 +81,34 @@ pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `fd` is a TCP socket in state `TCP_CLOSE` (reset, timed out, never connected);
+/// `false` for any other socket, on any error, and off Linux.
+pub fn tcp_closed(fd: RawFd) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const TCP_CLOSE: u8 = 7;
+        // `struct tcp_info` starts with `tcpi_state`; the kernel copies only the prefix asked for.
+        let mut info = [0u8; 8];
+        let mut len = info.len() as libc::socklen_t;
+        // SAFETY: `info` is writable for `len` bytes and the kernel writes at most `len`.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        r == 0 && len >= 1 && info[0] == TCP_CLOSE
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = fd;
+        false
+    }
+}
+
 /// `recvfrom(fd, buf)`: one datagram (truncated to `buf`) and its sender's address.
 pub fn recv_from(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, SockAddr)> {
     let mut addr = SockAddr::empty();

@@ -71,6 +71,10 @@ struct State {
     send_token: Option<u64>,
     /// `_flush` is registered for the next wait.
     flush_scheduled: bool,
+    /// Reading met the end of a reset connection while a ring send was in flight: the send
+    /// took the reset's error, so its completion reports it (or, if it succeeded, delivers
+    /// the end of stream).
+    eof_after_send: bool,
     /// `abort()` (or a fatal error) while a send was in flight: its bytes are freed when it
     /// completes.
     aborted: bool,
@@ -229,6 +233,7 @@ impl StreamCore {
                 ring_sends,
                 send_token: None,
                 flush_scheduled: false,
+                eof_after_send: false,
                 aborted: false,
                 hdr: Box::default(),
                 stash: VecDeque::new(),

@@ -16,6 +16,7 @@ use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::py::streams::feed_from_protocol;
 use crate::sys::buffer::{copy_into_buffer, recv_into_buffer};
+use crate::sys::sock;
 use crate::transports::common::{would_block, TransportCore};
 
 impl StreamCore {
@@ -165,6 +166,13 @@ impl StreamCore {
 
     pub(super) fn on_eof(&self, slf: &Bound<'_, Self>, protocol: Py<PyAny>) -> PyResult<()> {
         let py = slf.py();
+        // A reset meets the first call on the socket: asyncio's next `recv` raises
+        // ECONNRESET, but a ring send in flight took the error already and the receive sees
+        // only the end. That send's completion reports it (`on_sent`).
+        if self.state.with(py, |s| s.send_token.is_some()) && sock::tcp_closed(self.fd) {
+            self.state.with(py, |s| s.eof_after_send = true);
+            return self.stop_reading(py);
+        }
         let res = protocol.call_method0(py, intern!(py, "eof_received"));
         let message = "Fatal error: protocol.eof_received() call failed.";
         let Some(keep_open) = self.checked(py, res, message)? else {

@@ -279,6 +279,14 @@ impl StreamCore {
             }
             return this.write_failed(py, &io::Error::from_raw_os_error(code));
         }
+        if this
+            .state
+            .with(py, |s| std::mem::take(&mut s.eof_after_send))
+        {
+            if let Some(protocol) = this.protocol(py) {
+                this.on_eof(slf, protocol)?;
+            }
+        }
         if !this.queue_drained(py)? {
             return this.schedule_flush(slf);
         }
