@@ -462,3 +462,39 @@ def test_spare_handles_kept_while_busy_and_trimmed_after_an_idle_second(loop):
     assert after_burst >= 5000
     assert after_short_wait >= 5000
     assert after_idle <= 1024
+
+
+def test_completions_take_their_handles_from_the_freelist(loop):
+    # Each completion (a send through the ring, an accepted connection) reaches its
+    # callback through a handle that goes back to the freelist after it ran: one taken
+    # from anywhere else would grow the freelist by one per completion, up to its cap.
+    if not is_rsloop_native(loop):
+        pytest.skip("stats counters exist on rsloop's native backends only")
+    rounds = 2000
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def data_received(self, data):
+            self.transport.write(data)
+
+    async def main():
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        for _ in range(50):  # accepts
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            await w.wait_closed()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(rounds):  # sends, both ends
+            writer.write(b"%d\n" % i)
+            assert await reader.readline() == b"%d\n" % i
+        spare = loop.stats()["spare_handles"]
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return spare
+
+    assert loop.run_until_complete(main()) < rounds // 10

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use super::streams::{Action, Streams};
 use super::watchers::DriverWork;
@@ -61,10 +62,30 @@ impl LoopCore {
         arg: Py<PyAny>,
         debug: bool,
     ) -> PyResult<()> {
-        let args = pyo3::types::PyTuple::new(py, [arg])?.unbind();
-        let handle = Py::new(py, Handle::new(callback, args, None, None, debug))?;
+        let args = PyTuple::new(py, [arg])?.unbind();
+        let handle = self.handle(py, callback, args, None, None, debug)?;
         self.queues.with(py, |q| q.ready.push_back(handle));
         Ok(())
+    }
+
+    /// A handle with these contents: a recycled one from the freelist when there is one
+    /// (every handle the loop runs goes back there, so every maker must take from it).
+    pub fn handle(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+        tb: Option<Py<PyAny>>,
+        debug: bool,
+    ) -> PyResult<Py<Handle>> {
+        match self.queues.with(py, |q| q.free.pop()) {
+            Some(h) => {
+                h.get().refill(py, callback, args, context, tb, debug);
+                Ok(h)
+            }
+            None => Py::new(py, Handle::new(callback, args, context, tb, debug)),
+        }
     }
 
     /// Runs iterations until `stop()`; mirrors `run_forever`'s inner `while True` loop.

@@ -110,16 +110,7 @@ impl Loop {
         debug: bool,
     ) -> PyResult<Py<Handle>> {
         let (context, tb) = self.handle_parts(py, context, debug)?;
-        match self.core.queues.with(py, |q| q.free.pop()) {
-            Some(h) => {
-                h.get().refill(py, callback, args, context, tb, debug);
-                Ok(h)
-            }
-            None => Ok(Py::new(
-                py,
-                Handle::new(callback, args, context, tb, debug),
-            )?),
-        }
+        self.core.handle(py, callback, args, context, tb, debug)
     }
 
     // The debug-mode checks asyncio makes before scheduling.
