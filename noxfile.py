@@ -86,8 +86,8 @@ def tests(session: nox.Session) -> None:
         "no:cacheprovider",
         env={"PYTHONASYNCIODEBUG": "1"},
     )
-    # The opt-in io_uring paths (multishot receive, sends with the wait): the transport
-    # and lifetime (loops moved between threads) tests on uring.
+    # The other io_uring paths: the transport and lifetime (loops moved between threads)
+    # tests on uring with the opt-in multishot receive, and with sends inside write().
     session.run(
         "python",
         "-m",
@@ -99,11 +99,18 @@ def tests(session: nox.Session) -> None:
         "-q",
         "-p",
         "no:cacheprovider",
-        env={
-            "RSLOOP_URING_RECV": "multishot",
-            "RSLOOP_URING_SEND": "1",
-            "RSLOOP_TEST_BACKENDS": "uring",
-        },
+        env={"RSLOOP_URING_RECV": "multishot", "RSLOOP_TEST_BACKENDS": "uring"},
+    )
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/test_transports.py",
+        "tests/test_streams.py",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        env={"RSLOOP_URING_SEND": "0", "RSLOOP_TEST_BACKENDS": "uring"},
     )
 
 

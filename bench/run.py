@@ -41,7 +41,7 @@ ALL_LOOPS = [
     "rsloop-nostats",
     "rsloop-mimalloc",
     "rsloop-multishot",
-    "rsloop-ringsend",
+    "rsloop-directsend",
     "rsloop-completion",
     "rsloop-faststreams",
     "rsloop-base",
@@ -53,7 +53,7 @@ OURS = (
     "rsloop-nostats",
     "rsloop-mimalloc",
     "rsloop-multishot",
-    "rsloop-ringsend",
+    "rsloop-directsend",
     "rsloop-completion",
     "rsloop-faststreams",
     "rsloop-base",
@@ -196,16 +196,16 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
         env["RSLOOP_BACKEND"] = "poll"
     elif loop == "rsloop-multishot":
         # io_uring with transports reading by multishot receive into provided buffers
-        # (opt-in): measures what the receive path alone brings.
+        # (opt-in) and sending inside write(): measures what the receive path alone brings.
         env["RSLOOP_URING_RECV"] = "multishot"
-    elif loop == "rsloop-ringsend":
-        # io_uring with writes gathered per iteration and sent as SQEs with the wait
-        # (opt-in: flow control differs from asyncio's, see docs/compatibility.md).
-        env["RSLOOP_URING_SEND"] = "1"
+        env["RSLOOP_URING_SEND"] = "0"
+    elif loop == "rsloop-directsend":
+        # io_uring with each write sent inside write() (RSLOOP_URING_SEND=0), as before
+        # ring sends became the default: measures what gathering the writes brings.
+        env["RSLOOP_URING_SEND"] = "0"
     elif loop == "rsloop-completion":
-        # Both: the transports' I/O entirely as io_uring completions.
+        # Multishot receive too: the transports' I/O entirely as io_uring completions.
         env["RSLOOP_URING_RECV"] = "multishot"
-        env["RSLOOP_URING_SEND"] = "1"
     elif loop == "rsloop-faststreams":
         # asyncio.open_connection / start_server hand out rsloop's native stream reader
         # and writer (opt-in, rsloop/_streams.py).

@@ -106,8 +106,9 @@ pub struct LoopCore {
     pub stats: Stats,
     /// `time.get_clock_info('monotonic').resolution`.
     pub clock_resolution: f64,
-    /// Transports send through the ring (`RSLOOP_URING_SEND=1`; off by default: see
-    /// `docs/compatibility.md`, flow control then differs from asyncio's).
+    /// Transports on io_uring send through the ring: an iteration's writes leave together,
+    /// with the wait (`RSLOOP_URING_SEND=0` sends inside `write()` instead; see
+    /// `docs/compatibility.md`).
     pub ring_sends_allowed: bool,
 }
 
@@ -129,7 +130,7 @@ impl LoopCore {
             backend: Mutex::new(backend),
             stats: Stats::default(),
             clock_resolution: crate::sys::clock::resolution(),
-            ring_sends_allowed: std::env::var_os("RSLOOP_URING_SEND").is_some_and(|v| v == "1"),
+            ring_sends_allowed: std::env::var_os("RSLOOP_URING_SEND").is_none_or(|v| v != "0"),
         }
     }
 
