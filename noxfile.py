@@ -73,45 +73,19 @@ def tests(session: nox.Session) -> None:
     """Build the extension and run the test suite on every backend (+ asyncio itself)."""
     _build(session)
     session.install(*TEST_DEPS)
-    session.run("python", "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", *session.posargs)
+    _pytest(session, "tests", *session.posargs)
     # Once more in asyncio debug mode, as uvloop does.
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests",
-        "-q",
-        "-x",
-        "-p",
-        "no:cacheprovider",
-        env={"PYTHONASYNCIODEBUG": "1"},
-    )
+    _pytest(session, "tests", "-x", env={"PYTHONASYNCIODEBUG": "1"})
     # The other io_uring paths: the transport and lifetime (loops moved between threads)
     # tests on uring with the opt-in multishot receive, and with sends inside write().
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests/test_transports.py",
-        "tests/test_streams.py",
-        "tests/test_servers.py",
-        "tests/test_lifetimes.py",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        env={"RSLOOP_URING_RECV": "multishot", "RSLOOP_TEST_BACKENDS": "uring"},
-    )
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests/test_transports.py",
-        "tests/test_streams.py",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        env={"RSLOOP_URING_SEND": "0", "RSLOOP_TEST_BACKENDS": "uring"},
-    )
+    transports = ["tests/test_transports.py", "tests/test_streams.py"]
+    multishot = {"RSLOOP_URING_RECV": "multishot", "RSLOOP_TEST_BACKENDS": "uring"}
+    _pytest(session, *transports, "tests/test_servers.py", "tests/test_lifetimes.py", env=multishot)
+    _pytest(session, *transports, env={"RSLOOP_URING_SEND": "0", "RSLOOP_TEST_BACKENDS": "uring"})
+
+
+def _pytest(session: nox.Session, *args: str, env: dict | None = None) -> None:
+    session.run("python", "-m", "pytest", *args, "-q", "-p", "no:cacheprovider", env=env)
 
 
 @nox.session(python=PYTHONS)
