@@ -175,10 +175,10 @@ impl SendHeader {
     /// Points the header at `slices` (at most [`MAX_IOV`]) and returns its address for
     /// `Op::SendMsg`. The caller keeps `self` and the bytes unchanged until the send
     /// completes.
-    pub fn point_at(&mut self, slices: &[&[u8]]) -> usize {
+    pub fn point_at<'a>(&mut self, slices: impl IntoIterator<Item = &'a [u8]>) -> usize {
         self.iov.clear();
         self.iov
-            .extend(slices.iter().take(MAX_IOV).map(|s| libc::iovec {
+            .extend(slices.into_iter().take(MAX_IOV).map(|s| libc::iovec {
                 iov_base: s.as_ptr() as *mut libc::c_void,
                 iov_len: s.len(),
             }));

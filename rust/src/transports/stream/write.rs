@@ -236,8 +236,8 @@ impl StreamCore {
             if s.send_token.is_some() || s.queue.is_empty() || s.base.conn_lost > 0 {
                 return None;
             }
-            let slices: Vec<&[u8]> = s.queue.iter().take(MAX_IOV).map(|p| p.rest(py)).collect();
-            Some(s.hdr.point_at(&slices))
+            // The iovecs are built straight into the header's reused vector.
+            Some(s.hdr.point_at(s.queue.iter().map(|p| p.rest(py))))
         });
         let Some(msg) = msg else { return Ok(()) };
         let cb = slf.getattr(intern!(py, "_on_sent"))?.unbind();
