@@ -256,3 +256,88 @@ def test_transport_left_open_warns_when_collected(loop):
         gc.collect()
     assert ref() is None
     b.close()
+
+
+def test_a_loop_that_ran_tasks_is_freed_without_the_collector(loop_kind):
+    """While it runs, the loop keeps things that refer back to it (the `loop=` keywords of
+    new futures and tasks; on 3.10/3.11 a bound `call_soon`); once the run ends it holds
+    none, so dropping the last reference frees it at once, as asyncio's loop is."""
+    import asyncio
+
+    from conftest import make_loop
+
+    lp = make_loop(loop_kind)
+
+    async def main():
+        running = asyncio.get_running_loop()
+        fut = running.create_future()
+        running.call_soon(fut.set_result, 1)
+        return await asyncio.gather(fut, running.create_task(asyncio.sleep(0, 2)))
+
+    assert lp.run_until_complete(main()) == [1, 2]
+    lp.close()
+    ref = weakref.ref(lp)
+    gc.disable()
+    try:
+        del lp
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
+def test_call_soon_set_on_the_instance_during_a_run_is_used_and_kept(loop):
+    """A `call_soon` patched onto the loop instance while it runs (as `mock.patch.object`
+    does) gets the tasks' wake-ups and is still there after the run."""
+    import asyncio
+
+    seen = []
+    original = loop.call_soon
+
+    def spy(callback, *args, context=None):
+        seen.append(callback)
+        return original(callback, *args, context=context)
+
+    async def main():
+        loop.call_soon = spy
+        await asyncio.sleep(0)
+
+    try:
+        loop.run_until_complete(main())
+        assert loop.call_soon is spy
+        assert seen, "the task's wake-up did not go through the instance's call_soon"
+    finally:
+        del loop.call_soon
+
+
+def test_task_wakeups_go_through_a_subclass_call_soon(loop_kind):
+    """A loop subclass that overrides call_soon sees every task wake-up."""
+    import asyncio
+
+    from conftest import make_loop
+
+    probe = make_loop(loop_kind)
+    base = type(probe)
+    probe.close()
+    seen = []
+
+    class Counting(base):
+        def call_soon(self, callback, *args, context=None):
+            seen.append(callback)
+            return super().call_soon(callback, *args, context=context)
+
+    if loop_kind in ("uring", "poll"):
+        lp = Counting(backend=loop_kind)
+    elif loop_kind == "fallback":
+        lp = Counting("test: forced fallback")
+    else:
+        lp = Counting()
+    try:
+
+        async def main():
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+        lp.run_until_complete(main())
+    finally:
+        lp.close()
+    assert len(seen) >= 3, seen

@@ -29,6 +29,11 @@ pub struct Loop {
     pub(super) task_factory: GilCell<Option<Py<PyAny>>>,
     /// The dict behind `loop._transports` (fd -> weak transport), for the `sock_*` check.
     pub(super) transports: GilCell<Option<Py<PyDict>>>,
+    /// `{"loop": self}` while the loop runs: the keywords of `Future(loop=self)` and
+    /// `Task(coro, loop=self)`, made once per run instead of once per call (neither
+    /// `__init__` keeps or changes the dict). Dropped when the run ends, so a loop that is
+    /// not running holds no reference to itself.
+    pub(super) loop_kwargs: GilCell<Option<Py<PyDict>>>,
 }
 
 #[pymethods]
@@ -42,6 +47,9 @@ impl Loop {
         if let Some(t) = self.transports.peek_for_gc(&visit) {
             visit.call(t)?;
         }
+        if let Some(k) = self.loop_kwargs.peek_for_gc(&visit) {
+            visit.call(k)?;
+        }
         self.core.traverse(&visit)
     }
 
@@ -50,6 +58,7 @@ impl Loop {
             let factory = (
                 self.task_factory.with(py, Option::take),
                 self.transports.with(py, Option::take),
+                self.loop_kwargs.with(py, Option::take),
             );
             let queued = if self.core.thread_id.load(Ordering::Relaxed) == 0 {
                 self.core.clear(py)
@@ -83,6 +92,7 @@ impl Loop {
             core: Arc::new(LoopCore::new(requested, info)),
             task_factory: GilCell::new(None),
             transports: GilCell::new(None),
+            loop_kwargs: GilCell::new(None),
         })
     }
 
@@ -103,7 +113,17 @@ impl Loop {
                 "This event loop is already running",
             ));
         }
-        let result = core.run_forever(py, slf.as_any());
+        let this = slf.get();
+        let kwargs = PyDict::new(py);
+        let result = match kwargs.set_item(intern!(py, "loop"), slf) {
+            Ok(()) => {
+                this.loop_kwargs.with(py, |k| *k = Some(kwargs.unbind()));
+                core.run_forever(py, slf.as_any())
+            }
+            Err(e) => Err(e),
+        };
+        let kwargs = this.loop_kwargs.with(py, Option::take);
+        drop(kwargs);
         core.thread_id.store(0, Ordering::Relaxed);
         result
     }
@@ -241,7 +261,10 @@ impl Loop {
     fn create_future<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let t = asyncio_types(py)?;
-        call_kw(t.future.bind(py), &[], t.kw_loop.bind(py), &[slf.as_any()])
+        match slf.get().running_kwargs(py) {
+            Some(kw) => t.future.bind(py).call((), Some(&kw)),
+            None => call_kw(t.future.bind(py), &[], t.kw_loop.bind(py), &[slf.as_any()]),
+        }
     }
 
     /// Schedules a coroutine as an `asyncio.Task`; the common case (no task factory, no
@@ -276,7 +299,10 @@ impl Loop {
         let task = t.task.bind(py);
         let me = slf.as_any();
         match (name, context) {
-            (None, None) => call_kw(task, &[coro], t.kw_loop.bind(py), &[me]),
+            (None, None) => match this.running_kwargs(py) {
+                Some(kw) => task.call((coro,), Some(&kw)),
+                None => call_kw(task, &[coro], t.kw_loop.bind(py), &[me]),
+            },
             (Some(n), None) => call_kw(task, &[coro], t.kw_loop_name.bind(py), &[me, n]),
             (None, Some(c)) => call_kw(task, &[coro], t.kw_loop_context.bind(py), &[me, c]),
             (Some(n), Some(c)) => {

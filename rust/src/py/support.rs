@@ -9,7 +9,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use super::convert::fileobj_to_fd;
 use super::loop_::Loop;
@@ -55,6 +55,12 @@ pub(super) fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
 }
 
 impl Loop {
+    // `{"loop": self}` if the loop is running (see `loop_kwargs`).
+    pub(super) fn running_kwargs<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyDict>> {
+        self.loop_kwargs
+            .with(py, |k| k.as_ref().map(|d| d.bind(py).clone()))
+    }
+
     pub(super) fn check_closed(&self) -> PyResult<()> {
         if self.core.closed.load(Ordering::Relaxed) {
             return Err(PyRuntimeError::new_err("Event loop is closed"));
