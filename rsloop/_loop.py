@@ -48,6 +48,9 @@ def _not_implemented(name: str):
     return method
 
 
+_BIND_CALL_SOON = sys.version_info < (3, 12)
+
+
 class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """An asyncio event loop on rsloop's native core (io_uring or mio)."""
 
@@ -94,11 +97,34 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
                 finalizer=self._asyncgen_finalizer_hook,
             )
             events._set_running_loop(self)
-            self._run_forever_native()
+            bound = self._bind_call_soon()
+            try:
+                self._run_forever_native()
+            finally:
+                self._unbind_call_soon(bound)
         finally:
             events._set_running_loop(None)
             self._set_coroutine_origin_tracking(False)
             sys.set_asyncgen_hooks(*old_hooks)
+
+    # CPython 3.10/3.11's C Task and Future schedule every wake-up with
+    # `getattr(loop, "call_soon")(cb, arg, context=ctx)`, which makes a new bound-method
+    # object each time. While the loop runs, the instance keeps one bound `call_soon` in
+    # its __dict__, so that lookup finds it ready-made. (3.12+ calls the method without
+    # binding it; a subclass overriding call_soon, or an instance attribute set by the
+    # user, is left alone.) Dropped when the run ends: a stopped loop holds no reference
+    # to itself.
+    def _bind_call_soon(self):
+        if _BIND_CALL_SOON and type(self).call_soon is _NativeLoop.call_soon:
+            d = self.__dict__
+            if "call_soon" not in d:
+                bound = d["call_soon"] = self.call_soon
+                return bound
+        return None
+
+    def _unbind_call_soon(self, bound) -> None:
+        if bound is not None and self.__dict__.get("call_soon") is bound:
+            del self.__dict__["call_soon"]
 
     def run_until_complete(self, future):
         """Run until the Future is done; return its result or raise its exception."""
