@@ -131,5 +131,21 @@ pub fn new_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
 
 /// Whether a `contextvars.Context` holds no variable.
 pub fn context_is_empty(ctx: &Bound<'_, PyAny>) -> bool {
-    is_context(ctx) && ctx.len().map(|n| n == 0).unwrap_or(false)
+    if !is_context(ctx) {
+        return false;
+    }
+    // `len(ctx)` through the type's own slot, without `PyObject_Size`'s two generic
+    // layers: this runs twice per callback scheduled from an empty context.
+    // SAFETY: `ctx` is a live, exact Context (checked above) and the GIL is held; its type
+    // object outlives it, and `tp_as_mapping` is NULL or points at the type's static
+    // table. Context's `mp_length` cannot fail (it returns the variable count).
+    let slot = unsafe {
+        let ty = ffi::Py_TYPE(ctx.as_ptr());
+        (*ty).tp_as_mapping.as_ref().and_then(|m| m.mp_length)
+    };
+    match slot {
+        // SAFETY: as above; the slot is called with the object of its own type.
+        Some(len) => unsafe { len(ctx.as_ptr()) == 0 },
+        None => ctx.len().map(|n| n == 0).unwrap_or(false),
+    }
 }
