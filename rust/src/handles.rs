@@ -43,6 +43,16 @@ struct HandleState {
 pub struct Released(HandleState);
 
 impl Released {
+    /// Drops the objects as `Bound`s: a plain decref each (a `Py`'s drop first asks a
+    /// thread-local whether the GIL is held).
+    pub fn drop_attached(self, py: Python<'_>) {
+        let st = self.0;
+        drop(st.callback.map(|o| o.into_bound(py)));
+        drop(st.args.map(|o| o.into_bound(py)));
+        drop(st.context.map(|o| o.into_bound(py)));
+        drop(st.source_traceback.map(|o| o.into_bound(py)));
+    }
+
     /// The context the loop made for the run of a handle scheduled from an empty context,
     /// if it had one (see `HandleState::context`).
     pub fn take_made_context(&mut self) -> Option<Py<PyAny>> {
@@ -140,11 +150,13 @@ impl Handle {
     /// A handle scheduled from an empty context runs in `spare` if given (an empty context
     /// nothing else references, left by an earlier run), else in a new one.
     pub fn run(&self, py: Python<'_>, spare: &mut Option<Py<PyAny>>) -> RunOutcome {
+        // Bound, not Py, clones: dropping a Bound is a plain decref (a Py's drop first
+        // asks a thread-local whether the GIL is held).
         let cloned = self.state.with(py, |st| match (&st.callback, &st.args) {
             (Some(cb), Some(args)) => Some((
-                cb.clone_ref(py),
-                args.clone_ref(py),
-                st.context.as_ref().map(|c| c.clone_ref(py)),
+                cb.bind(py).clone(),
+                args.bind(py).clone(),
+                st.context.as_ref().map(|c| c.bind(py).clone()),
             )),
             _ => None,
         });
@@ -157,13 +169,15 @@ impl Handle {
             // runs a custom exception handler in it (`get_context()` after the run).
             None => match spare.take().map_or_else(|| new_context(py), Ok) {
                 Ok(c) => {
-                    self.state.with(py, |st| st.context = Some(c.clone_ref(py)));
+                    let c = c.into_bound(py);
+                    self.state
+                        .with(py, |st| st.context = Some(c.clone().unbind()));
                     c
                 }
                 Err(e) => return RunOutcome::Raised(e),
             },
         };
-        match call_in_context(context.bind(py), callback.bind(py), args.bind(py)) {
+        match call_in_context(&context, &callback, &args) {
             Ok(_) => RunOutcome::Done,
             Err(e) => RunOutcome::Raised(e),
         }

@@ -514,7 +514,7 @@ impl LoopCore {
                 }
             }
         }
-        drop(released);
+        released.drop_attached(py);
         let overflow = if is_timer {
             let Ok(timer) = handle.into_bound(py).cast_into::<TimerHandle>() else {
                 return;
