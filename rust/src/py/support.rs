@@ -91,7 +91,9 @@ impl Loop {
             Some(c) if !c.is_none(py) => Some(c),
             // An empty snapshot is run in a new empty context (see `handles::HandleState`);
             // the copy goes straight back to CPython's context freelist.
-            _ => Some(copy_context(py)?).filter(|c| !context_is_empty(c.bind(py))),
+            _ => Some(copy_context(py)?)
+                .filter(|c| !context_is_empty(c))
+                .map(Bound::unbind),
         };
         let tb = if debug {
             Some(

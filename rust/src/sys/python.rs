@@ -10,12 +10,12 @@ use pyo3::types::PyTuple;
 compile_error!("rsloop does not support free-threaded CPython builds yet");
 
 /// `contextvars.copy_context()`.
-pub fn copy_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
+pub fn copy_context(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     // SAFETY: the GIL is held (we have `py`); PyContext_CopyCurrent returns a new reference
     // or NULL with an exception set, which `from_owned_ptr_or_err` turns into a PyErr.
     unsafe {
         let ptr = ffi::PyContext_CopyCurrent();
-        Bound::from_owned_ptr_or_err(py, ptr).map(Bound::unbind)
+        Bound::from_owned_ptr_or_err(py, ptr)
     }
 }
 
