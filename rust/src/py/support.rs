@@ -54,6 +54,8 @@ pub(super) fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
         .map(|m| m.bind(py))
 }
 
+// Some of these serve only the Unix transports and `sock_*` (absent on Windows).
+#[cfg_attr(not(unix), allow(dead_code))]
 impl Loop {
     // `{"loop": self}` if the loop is running (see `loop_kwargs`).
     pub(super) fn running_kwargs<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyDict>> {
