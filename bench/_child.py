@@ -79,6 +79,8 @@ def make_loop(name: str):
         info["version"] = rsloop.__version__
         info["backend"] = b.name
         info["backend_reason"] = b.reason
+        if hasattr(rsloop, "malloc_tuning"):  # rsloop-base may predate it
+            info["malloc"] = rsloop.malloc_tuning()
         info["file"] = rsloop.__file__
     elif name == "pypi-rsloop":
         loop, info = _pypi_rsloop()

@@ -44,6 +44,7 @@ ALL_LOOPS = [
     "rsloop-directsend",
     "rsloop-completion",
     "rsloop-faststreams",
+    "rsloop-glibcmalloc",
     "rsloop-base",
 ]
 DEFAULT_LOOPS = ["asyncio", "uvloop", "rloop", "rsloop", "rsloop-poll", "pypi-rsloop"]
@@ -56,6 +57,7 @@ OURS = (
     "rsloop-directsend",
     "rsloop-completion",
     "rsloop-faststreams",
+    "rsloop-glibcmalloc",
     "rsloop-base",
 )
 # Loops whose children run another venv's interpreter: loop -> (option, venv beside the
@@ -192,6 +194,7 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
     env.pop("RSLOOP_URING_RECV", None)
     env.pop("RSLOOP_URING_SEND", None)
     env.pop("RSLOOP_FAST_STREAMS", None)
+    env.pop("RSLOOP_TUNE_MALLOC", None)
     if loop == "rsloop-poll":
         env["RSLOOP_BACKEND"] = "poll"
     elif loop == "rsloop-multishot":
@@ -210,6 +213,10 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
         # asyncio.open_connection / start_server hand out rsloop's native stream reader
         # and writer (opt-in, rsloop/_streams.py).
         env["RSLOOP_FAST_STREAMS"] = "1"
+    elif loop == "rsloop-glibcmalloc":
+        # glibc's malloc thresholds left at their defaults (RSLOOP_TUNE_MALLOC=0): measures
+        # what rsloop/_malloc.py brings.
+        env["RSLOOP_TUNE_MALLOC"] = "0"
     if loop in VENV_LOOPS:
         python = getattr(args, _venv_attr(VENV_LOOPS[loop][0]))
     return [python, str(HERE / "_child.py"), loop, workload, str(n), str(warm)], env

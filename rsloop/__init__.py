@@ -31,6 +31,7 @@ __all__ = (
     "EventLoopPolicy",
     "BackendInfo",
     "backend",
+    "malloc_tuning",
     "new_event_loop",
     "run",
     "profile",
@@ -69,6 +70,15 @@ def backend(loop: Any = None) -> BackendInfo:
     if name is None:
         return BackendInfo("asyncio", f"{type(loop).__name__} is not an rsloop loop")
     return BackendInfo(name, getattr(loop, "backend_reason", None))
+
+
+def malloc_tuning() -> str:
+    """What rsloop did to glibc's malloc thresholds when it made its first native loop
+    (``mmap_threshold=... trim_threshold=...``), or ``off: <why>``; see
+    ``RSLOOP_TUNE_MALLOC`` in docs/compatibility.md."""
+    from . import _malloc
+
+    return _malloc.status()
 
 
 def __getattr__(name: str) -> Any:

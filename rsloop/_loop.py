@@ -16,9 +16,10 @@ import traceback
 import warnings
 from asyncio import base_events, constants, coroutines, events, futures, tasks
 
-from . import _compat, _format, _streams
+from . import _compat, _format, _malloc, _streams
 from ._net import NetMixin
 from ._rsloop import Loop as _NativeLoop
+from ._rsloop import set_malloc_thresholds as _set_malloc_thresholds
 from ._sock import SockMixin
 from ._unix import UnixMixin
 
@@ -66,6 +67,7 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         self._init_net()
         self._init_unix()
         self._set_debug_native(coroutines._is_debug_mode())  # type: ignore[attr-defined]
+        _malloc.apply(_set_malloc_thresholds)
 
     def __repr__(self) -> str:
         return (

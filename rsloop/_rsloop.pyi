@@ -16,6 +16,7 @@ __all__ = [
     "DatagramCore",
     "StreamReaderCore",
     "StreamOp",
+    "set_malloc_thresholds",
 ]
 
 __version__: str
@@ -241,3 +242,5 @@ class StreamOp:
     def send(self, value: Any) -> Any: ...
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any: ...
     def close(self) -> None: ...
+
+def set_malloc_thresholds(mmap_threshold: int, trim_threshold: int) -> bool: ...

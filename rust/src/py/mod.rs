@@ -25,5 +25,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<streams::StreamOp>()?;
     #[cfg(unix)]
     m.add_class::<streams::StreamReaderCore>()?;
+    m.add_function(wrap_pyfunction!(set_malloc_thresholds, m)?)?;
     Ok(())
+}
+
+/// glibc's `M_MMAP_THRESHOLD` and `M_TRIM_THRESHOLD` (`sys::malloc`); `False` where the C
+/// library is not glibc or refused a value.
+#[pyfunction]
+fn set_malloc_thresholds(mmap_threshold: usize, trim_threshold: usize) -> bool {
+    crate::sys::malloc::set_thresholds(mmap_threshold, trim_threshold)
 }

@@ -52,4 +52,5 @@ pub fn close_raw(_fd: crate::driver::op::RawFd) {}
 
 pub mod clock;
 pub mod gil;
+pub mod malloc;
 pub mod python;
