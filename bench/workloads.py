@@ -325,18 +325,31 @@ def socket_echo(loop, n):
     return n, dt
 
 
+def _echo_against_task(loop, workload: str, n: int, setup):
+    """``n`` round trips of the echo client against a server task: ``setup(Client)`` is a
+    coroutine that starts the server task and connects a ``Client`` transport to it, and
+    returns both; the task ends when the client closes."""
+    msg = b"x" * ECHO_SIZE
+    done = loop.create_future()
+    left = [n]
+    server, client = loop.run_until_complete(setup(_echo_client(workload, msg, left, done)))
+    t0 = _start()
+    client.write(msg)
+    loop.run_until_complete(done)
+    dt = _stop(t0)
+    client.close()
+    loop.run_until_complete(server)
+    if left[0]:
+        raise AssertionError(f"{workload}: {left[0]} round trips missing")
+    return n, dt
+
+
 def stream_echo(loop, n):
     """As socket_echo, but the server end is asyncio's streams
     (``asyncio.open_connection(sock=)``; ``await reader.read()``, ``writer.write()``,
     ``await writer.drain()`` in a task), the way ``asyncio.start_server`` handlers are
     written. The difference to socket_echo is what the streams layer costs a round trip."""
     import socket
-
-    msg = b"x" * ECHO_SIZE
-    done = loop.create_future()
-    left = [n]
-
-    Client = _echo_client("stream_echo", msg, left, done)
 
     async def serve(reader, writer):
         while data := await reader.read(65536):
@@ -346,22 +359,39 @@ def stream_echo(loop, n):
 
     a, b = socket.socketpair()
 
-    async def setup():
+    async def setup(Client):
         reader, writer = await asyncio.open_connection(sock=b)
         server = loop.create_task(serve(reader, writer))
         client, _ = await loop.create_connection(Client, sock=a)
         return server, client
 
-    server, client = loop.run_until_complete(setup())
-    t0 = _start()
-    client.write(msg)
-    loop.run_until_complete(done)
-    dt = _stop(t0)
-    client.close()
-    loop.run_until_complete(server)
-    if left[0]:
-        raise AssertionError(f"stream_echo: {left[0]} round trips missing")
-    return n, dt
+    return _echo_against_task(loop, "stream_echo", n, setup)
+
+
+def sock_echo(loop, n):
+    """As socket_echo, but over a TCP connection on loopback, and the server end is a task
+    on ``loop.sock_recv`` / ``loop.sock_sendall`` over the raw non-blocking socket, as the
+    ``sock`` kind of ``bench/net.py`` serves. The difference to socket_echo is what the
+    ``sock_*`` coroutines cost a round trip. (rloop 0.5 never finishes this workload.)"""
+    import socket
+
+    async def serve(conn):
+        while data := await loop.sock_recv(conn, 65536):
+            await loop.sock_sendall(conn, data)
+        conn.close()
+
+    with socket.create_server(("127.0.0.1", 0)) as lsock:
+        a = socket.create_connection(lsock.getsockname())
+        b, _ = lsock.accept()
+    b.setblocking(False)
+    b.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    async def setup(Client):
+        server = loop.create_task(serve(b))
+        client, _ = await loop.create_connection(Client, sock=a)
+        return server, client
+
+    return _echo_against_task(loop, "sock_echo", n, setup)
 
 
 # 7c. Accepting connections -----------------------------------------------------------------
@@ -476,6 +506,7 @@ WORKLOADS = {
     "call_soon_threadsafe": (call_soon_threadsafe, 100_000, 25_000),
     "socket_echo": (socket_echo, 50_000, 12_000),
     "stream_echo": (stream_echo, 40_000, 10_000),
+    "sock_echo": (sock_echo, 40_000, 10_000),
     "tcp_accept": (tcp_accept, 5_000, 1_500),
     "subprocess_wait": (subprocess_wait, 500, 150),
     "subprocess_communicate": (subprocess_communicate, 500, 150),
