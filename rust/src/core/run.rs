@@ -12,7 +12,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::streams::{Action, Streams};
+use super::streams::{Action, FlushHook, Streams};
 use super::watchers::DriverWork;
 use super::{
     LoopCore, Queues, FREE_HANDLES_IDLE, FREE_HANDLES_MAX, FREE_TIMERS_MAX, MAX_WAIT_SECS,
@@ -47,7 +47,7 @@ pub struct Scratch {
     multi_arm: Vec<(Token, i32)>,
     multi_cancel: Vec<Token>,
     sends: Vec<(Token, i32, usize)>,
-    dirty: Vec<Py<PyAny>>,
+    dirty: Vec<(Py<PyAny>, FlushHook)>,
     /// An empty context left by a finished callback that nobody else references: the next
     /// callback scheduled from an empty context runs in it (see `LoopCore::recycle`).
     spare_context: Option<Py<PyAny>>,
@@ -342,25 +342,33 @@ impl LoopCore {
 
     // Transports that wrote during the last batch build their one vectored send each; the
     // sends go out with this iteration's wait.
-    fn flush_transports(&self, py: Python<'_>, dirty: &mut Vec<Py<PyAny>>) {
+    fn flush_transports(&self, py: Python<'_>, dirty: &mut Vec<(Py<PyAny>, FlushHook)>) {
         self.queues.with(py, |q| q.streams.take_dirty(dirty));
-        for flush in dirty.drain(..) {
-            if let Err(e) = flush.call0(py) {
-                e.write_unraisable(py, Some(flush.bind(py)));
+        for (owner, flush) in dirty.drain(..) {
+            let owner = owner.into_bound(py);
+            if let Err(e) = flush(&owner) {
+                e.write_unraisable(py, Some(&owner));
             }
         }
     }
 
-    // Send completions become ready handles calling the transport's `_on_sent(result)`.
+    // Send completions go to their transport's hook; one with work a user can see becomes
+    // a ready handle calling the transport's `_on_sent(result)`.
     fn process_sent(&self, py: Python<'_>, scratch: &mut Scratch) -> PyResult<()> {
         if scratch.sent.is_empty() {
             return Ok(());
         }
         let debug = self.debug();
         for c in std::mem::take(&mut scratch.sent) {
-            let Some(callback) = self.queues.with(py, |q| q.streams.complete_send(c.token)) else {
+            let Some((owner, sent)) = self.queues.with(py, |q| q.streams.complete_send(c.token))
+            else {
                 continue;
             };
+            let owner = owner.into_bound(py);
+            if sent(&owner, c.result) {
+                continue;
+            }
+            let callback = owner.getattr(intern!(py, "_on_sent"))?.unbind();
             let arg = c.result.into_pyobject(py)?.into_any().unbind();
             self.queue_call(py, callback, arg, debug)?;
         }

@@ -5,6 +5,10 @@
 //! transport does with the data (`transports/stream/`), what a server does with a
 //! connection (`rsloop/_net.py`).
 //!
+//! A transport's sends and flushes reach it through plain function pointers (`SentHook`,
+//! `FlushHook`) with the transport object, not through Python calls: they run once per
+//! write, and most completions are bookkeeping no user can see.
+//!
 //! A transport starts a receive with a callback (its `_on_recv`); each chunk the kernel
 //! delivers becomes one ready handle calling it with a `bytes`, queued like a watcher's
 //! handle, so ordering against other callbacks is asyncio's. End of stream (`0`) and
@@ -18,6 +22,15 @@ use crate::intmap::IntMap;
 use pyo3::prelude::*;
 
 use crate::driver::{MultiCompletion, Token};
+
+/// A transport's flush, called by the core just before the wait, without a Python call.
+pub type FlushHook = for<'py> fn(&Bound<'py, PyAny>) -> PyResult<()>;
+
+/// A transport's send completion, called by the core as the completion is reaped: `true`
+/// if the transport took it there (bookkeeping only, nothing a user can see run);
+/// `false` asks for `owner._on_sent(result)` as a ready handle, for a completion with
+/// Python-visible work (flow control, close, errors).
+pub type SentHook = for<'py> fn(&Bound<'py, PyAny>, i32) -> bool;
 
 /// Receive tokens live above the watchers' (which count up from 1)...
 pub const TOKEN_BASE: Token = 1 << 48;
@@ -51,13 +64,13 @@ pub struct Streams {
     next: Token,
     to_arm: Vec<Token>,
     to_cancel: Vec<Token>,
-    /// Sends in flight: token -> the transport's completion callback.
-    sends: IntMap<Token, Py<PyAny>>,
+    /// Sends in flight: token -> the transport and its completion hook.
+    sends: IntMap<Token, (Py<PyAny>, SentHook)>,
     /// Sends to submit at the next flush: (token, fd, msghdr address).
     to_send: Vec<(Token, i32, usize)>,
-    /// Transports that wrote this iteration: their flush callbacks, run just before the
+    /// Transports that wrote this iteration, with their flush hooks, run just before the
     /// wait so each sends what it gathered in one `sendmsg`, submitted with the wait.
-    dirty: Vec<Py<PyAny>>,
+    dirty: Vec<(Py<PyAny>, FlushHook)>,
 }
 
 impl Streams {
@@ -86,22 +99,22 @@ impl Streams {
         (ACCEPT_BASE..SEND_BASE).contains(&token)
     }
 
-    /// A transport wrote: run `flush` before the next wait.
-    pub fn mark_dirty(&mut self, flush: Py<PyAny>) {
-        self.dirty.push(flush);
+    /// A transport wrote: run `flush(owner)` before the next wait.
+    pub fn mark_dirty(&mut self, owner: Py<PyAny>, flush: FlushHook) {
+        self.dirty.push((owner, flush));
     }
 
-    /// Moves the flush callbacks of this iteration into `into` (left empty by the caller;
-    /// the vectors trade places, as in `take_work`).
-    pub fn take_dirty(&mut self, into: &mut Vec<Py<PyAny>>) {
+    /// Moves the flushes of this iteration into `into` (left empty by the caller; the
+    /// vectors trade places, as in `take_work`).
+    pub fn take_dirty(&mut self, into: &mut Vec<(Py<PyAny>, FlushHook)>) {
         std::mem::swap(&mut self.dirty, into);
     }
 
-    /// Queues one send of the header at `msg` on `fd`; `callback(result)` hears the end.
-    pub fn send(&mut self, fd: i32, msg: usize, callback: Py<PyAny>) -> Token {
+    /// Queues one send of the header at `msg` on `fd`; `sent(owner, result)` hears the end.
+    pub fn send(&mut self, fd: i32, msg: usize, owner: Py<PyAny>, sent: SentHook) -> Token {
         self.next += 1;
         let token = SEND_BASE + self.next;
-        self.sends.insert(token, callback);
+        self.sends.insert(token, (owner, sent));
         self.to_send.push((token, fd, msg));
         token
     }
@@ -118,8 +131,8 @@ impl Streams {
         std::mem::swap(&mut self.to_send, into);
     }
 
-    /// A send completed: its callback.
-    pub fn complete_send(&mut self, token: Token) -> Option<Py<PyAny>> {
+    /// A send completed: its transport and hook.
+    pub fn complete_send(&mut self, token: Token) -> Option<(Py<PyAny>, SentHook)> {
         self.sends.remove(&token)
     }
 
@@ -242,8 +255,8 @@ impl Streams {
         self.by_token
             .values()
             .map(|r| &r.callback)
-            .chain(self.sends.values())
-            .chain(self.dirty.iter())
+            .chain(self.sends.values().map(|(owner, _)| owner))
+            .chain(self.dirty.iter().map(|(owner, _)| owner))
     }
 
     /// Removes everything (loop close).
@@ -252,8 +265,8 @@ impl Streams {
         self.to_cancel.clear();
         self.to_send.clear();
         let mut out: Vec<Py<PyAny>> = self.by_token.drain().map(|(_, r)| r.callback).collect();
-        out.extend(self.sends.drain().map(|(_, c)| c));
-        out.append(&mut self.dirty);
+        out.extend(self.sends.drain().map(|(_, (owner, _))| owner));
+        out.extend(self.dirty.drain(..).map(|(owner, _)| owner));
         out
     }
 }

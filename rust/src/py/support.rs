@@ -13,6 +13,7 @@ use pyo3::types::{PyDict, PyTuple};
 
 use super::convert::fileobj_to_fd;
 use super::loop_::Loop;
+use crate::core::streams::{FlushHook, SentHook};
 use crate::core::watchers::Side;
 use crate::handles::{Handle, TimerHandle};
 use crate::sys::python::{context_is_empty, copy_context, thread_ident};
@@ -180,22 +181,25 @@ impl Loop {
         self.core.ring_sends()
     }
 
-    /// A transport wrote: call `flush` just before the next wait.
-    pub(crate) fn mark_dirty(&self, py: Python<'_>, flush: Py<PyAny>) {
-        self.core.queues.with(py, |q| q.streams.mark_dirty(flush));
+    /// A transport wrote: call `flush(owner)` just before the next wait.
+    pub(crate) fn mark_dirty(&self, py: Python<'_>, owner: Py<PyAny>, flush: FlushHook) {
+        self.core
+            .queues
+            .with(py, |q| q.streams.mark_dirty(owner, flush));
     }
 
-    /// Queues a send of the `msghdr` at `msg` (see `Op::SendMsg`); `callback(result)`.
+    /// Queues a send of the `msghdr` at `msg` (see `Op::SendMsg`); `sent(owner, result)`.
     pub(crate) fn send_submit(
         &self,
         py: Python<'_>,
         fd: i32,
         msg: usize,
-        callback: Py<PyAny>,
+        owner: Py<PyAny>,
+        sent: SentHook,
     ) -> u64 {
         self.core
             .queues
-            .with(py, |q| q.streams.send(fd, msg, callback))
+            .with(py, |q| q.streams.send(fd, msg, owner, sent))
     }
 
     /// Cancels a send in flight (abort); its completion still comes.

@@ -167,7 +167,7 @@ impl StreamCore {
                 }
             }
             if this.state.with(py, |s| !s.queue.is_empty()) {
-                this.schedule_flush(slf)?;
+                this.schedule_flush(slf);
             }
             return this.maybe_pause_protocol(py);
         }
@@ -240,10 +240,49 @@ impl StreamCore {
             Some(s.hdr.point_at(s.queue.iter().map(|p| p.rest(py))))
         });
         let Some(msg) = msg else { return Ok(()) };
-        let cb = slf.getattr(intern!(py, "_on_sent"))?.unbind();
-        let token = this.loop_.get().send_submit(py, this.fd, msg, cb);
+        let owner = slf.clone().into_any().unbind();
+        let token = this
+            .loop_
+            .get()
+            .send_submit(py, this.fd, msg, owner, sent_hook);
         this.state.with(py, |s| s.send_token = Some(token));
         Ok(())
+    }
+
+    /// Ring mode, as the loop reaps the completion: a send that took bytes, on a transport
+    /// with nothing to tell its protocol or a waiter (not paused for flow control, not
+    /// closing, no `write_eof()`, no `loop.sendfile`, no reset pending), is bookkeeping
+    /// only: the sent bytes leave the queue, and what was gathered since leaves with the
+    /// next wait. Anything else returns `false`, and `on_sent` runs as a ready handle.
+    fn sent_quietly(slf: &Bound<'_, Self>, result: i32) -> bool {
+        let py = slf.py();
+        let this = slf.get();
+        let sent = this.state.with(py, |s| {
+            let quiet = result > 0
+                && !s.aborted
+                && s.base.shell.is_some()
+                && s.base.conn_lost == 0
+                && !s.base.closing
+                && !s.base.marks.paused()
+                && !s.eof
+                && !s.eof_after_send
+                && s.empty_waiter.is_none();
+            if !quiet {
+                return None;
+            }
+            s.send_token = None;
+            let n = result as usize;
+            s.queued = s.queued.saturating_sub(n);
+            Some((advance(&mut s.queue, py, n), !s.queue.is_empty()))
+        });
+        let Some((chunks, more)) = sent else {
+            return false;
+        };
+        drop(chunks);
+        if more {
+            this.schedule_flush(slf);
+        }
+        true
     }
 
     /// Ring mode: the send in flight ended with `result` (bytes sent, or `-errno`).
@@ -275,7 +314,8 @@ impl StreamCore {
         if result < 0 {
             let code = -result;
             if code == libc::EAGAIN || code == libc::EINTR {
-                return this.schedule_flush(slf);
+                this.schedule_flush(slf);
+                return Ok(());
             }
             return this.write_failed(py, &io::Error::from_raw_os_error(code));
         }
@@ -288,7 +328,8 @@ impl StreamCore {
             }
         }
         if !this.queue_drained(py)? {
-            return this.schedule_flush(slf);
+            this.schedule_flush(slf);
+            return Ok(());
         }
         this.finish_writes(py)
     }
@@ -355,7 +396,7 @@ impl StreamCore {
 
     /// Ring mode: make sure `_flush` runs before the next wait (unless a send is in flight:
     /// its completion schedules the next).
-    pub(super) fn schedule_flush(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
+    pub(super) fn schedule_flush(&self, slf: &Bound<'_, Self>) {
         let py = slf.py();
         let go = self.state.with(py, |s| {
             if s.flush_scheduled || s.send_token.is_some() {
@@ -365,10 +406,9 @@ impl StreamCore {
             true
         });
         if go {
-            let flush = slf.getattr(intern!(py, "_flush"))?.unbind();
-            self.loop_.get().mark_dirty(py, flush);
+            let owner = slf.clone().into_any().unbind();
+            self.loop_.get().mark_dirty(py, owner, flush_hook);
         }
-        Ok(())
     }
 
     pub(super) fn queue_rest(
@@ -383,4 +423,16 @@ impl StreamCore {
             None => self.queue(py, Chunk::Owned(view[sent..].to_vec()), 0),
         }
     }
+}
+
+/// The core's `FlushHook` for stream transports: `flush_ring`.
+fn flush_hook(owner: &Bound<'_, PyAny>) -> PyResult<()> {
+    StreamCore::flush_ring(owner.cast::<StreamCore>()?)
+}
+
+/// The core's `SentHook` for stream transports: `sent_quietly`.
+fn sent_hook(owner: &Bound<'_, PyAny>, result: i32) -> bool {
+    owner
+        .cast::<StreamCore>()
+        .is_ok_and(|slf| StreamCore::sent_quietly(slf, result))
 }
