@@ -359,7 +359,7 @@ impl LoopCore {
             return Ok(());
         }
         let debug = self.debug();
-        for c in std::mem::take(&mut scratch.sent) {
+        for c in scratch.sent.drain(..) {
             let Some((owner, sent)) = self.queues.with(py, |q| q.streams.complete_send(c.token))
             else {
                 continue;

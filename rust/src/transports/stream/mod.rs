@@ -127,7 +127,7 @@ impl TransportCore for StreamCore {
         let (dropped, in_flight) = self.state.with(py, |s| {
             s.aborted = true;
             let in_flight = s.send_token;
-            let mut sent = Vec::new();
+            let mut sent = write::Sent::default();
             if in_flight.is_none() && s.ring_sends {
                 // These bytes were gathered for the next wait; asyncio would have handed
                 // them to the kernel inside write(). Give the kernel what it takes now, as
@@ -426,7 +426,7 @@ impl StreamCore {
             if !s.base.closing && s.ring_sends && s.send_token.is_none() && !s.queue.is_empty() {
                 s.send_queued(py, self.fd).1
             } else {
-                Vec::new()
+                write::Sent::default()
             }
         });
         let res = self.close_transport(py);

@@ -39,10 +39,33 @@ impl Pending {
     }
 }
 
+/// Chunks a send finished whole, for the caller to drop outside the cell. Most sends
+/// finish exactly one, which needs no vector.
+#[derive(Default)]
+pub(super) enum Sent {
+    #[default]
+    Nothing,
+    One(Pending),
+    Many(Vec<Pending>),
+}
+
+impl Sent {
+    fn push(&mut self, p: Pending) {
+        *self = match std::mem::take(self) {
+            Sent::Nothing => Sent::One(p),
+            Sent::One(first) => Sent::Many(vec![first, p]),
+            Sent::Many(mut all) => {
+                all.push(p);
+                Sent::Many(all)
+            }
+        };
+    }
+}
+
 /// Drops `n` sent bytes off the front of `queue`; returns the chunks sent whole, for the
 /// caller to drop outside the cell.
-fn advance(queue: &mut VecDeque<Pending>, py: Python<'_>, mut n: usize) -> Vec<Pending> {
-    let mut done = Vec::new();
+fn advance(queue: &mut VecDeque<Pending>, py: Python<'_>, mut n: usize) -> Sent {
+    let mut done = Sent::default();
     while n > 0 {
         let Some(front) = queue.front_mut() else {
             break;
@@ -50,7 +73,9 @@ fn advance(queue: &mut VecDeque<Pending>, py: Python<'_>, mut n: usize) -> Vec<P
         let left = front.rest(py).len();
         if n >= left {
             n -= left;
-            done.extend(queue.pop_front());
+            if let Some(p) = queue.pop_front() {
+                done.push(p);
+            }
         } else {
             front.start += n;
             n = 0;
@@ -67,11 +92,7 @@ impl State {
 
     /// One `sendmsg` of the queue's front (up to `MAX_IOV` slices). The bytes sent leave the
     /// queue; the chunks sent whole are returned, for the caller to drop outside the cell.
-    pub(super) fn send_queued(
-        &mut self,
-        py: Python<'_>,
-        fd: i32,
-    ) -> (io::Result<usize>, Vec<Pending>) {
+    pub(super) fn send_queued(&mut self, py: Python<'_>, fd: i32) -> (io::Result<usize>, Sent) {
         let slices: Vec<IoSlice<'_>> = self
             .queue
             .iter()
@@ -80,7 +101,7 @@ impl State {
             .collect();
         let res = sock::send_vectored(fd, &slices);
         drop(slices);
-        let mut done = Vec::new();
+        let mut done = Sent::default();
         if let Ok(n) = res {
             self.queued -= n;
             done = advance(&mut self.queue, py, n);
@@ -296,10 +317,10 @@ impl StreamCore {
                 s.forget_queue();
                 return (
                     true,
-                    std::mem::take(&mut s.queue).into_iter().collect::<Vec<_>>(),
+                    Sent::Many(std::mem::take(&mut s.queue).into_iter().collect()),
                 );
             }
-            let mut done = Vec::new();
+            let mut done = Sent::default();
             if result > 0 {
                 let n = result as usize;
                 s.queued = s.queued.saturating_sub(n);
@@ -336,7 +357,7 @@ impl StreamCore {
 
     /// Sends what the queue holds, in one `sendmsg`. Returns the error if the send failed
     /// for good; drops sent `bytes` objects outside the cell.
-    pub(super) fn flush(&self, py: Python<'_>) -> (io::Result<usize>, Vec<Pending>) {
+    pub(super) fn flush(&self, py: Python<'_>) -> (io::Result<usize>, Sent) {
         self.state.with(py, |s| s.send_queued(py, self.fd))
     }
 
