@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::convert::seconds;
-use super::support::{asyncio_types, format_module};
+use super::support::{asyncio_types, format_module, new_future};
 use crate::core::backend::planned_backend;
 use crate::core::watchers::Side;
 use crate::core::LoopCore;
@@ -259,12 +259,7 @@ impl Loop {
 
     /// `asyncio.Future(loop=self)`.
     fn create_future<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let t = asyncio_types(py)?;
-        match slf.get().running_kwargs(py) {
-            Some(kw) => t.future.bind(py).call((), Some(&kw)),
-            None => call_kw(t.future.bind(py), &[], t.kw_loop.bind(py), &[slf.as_any()]),
-        }
+        new_future(slf)
     }
 
     /// Schedules a coroutine as an `asyncio.Task`; the common case (no task factory, no

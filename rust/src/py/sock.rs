@@ -28,13 +28,12 @@ use pyo3::types::{PyBytes, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::loop_::Loop;
-use super::support::asyncio_types;
+use super::support::new_future;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::handles::Handle;
 use crate::sys::buffer::{recv_bytes, recv_into_export, send_export};
 use crate::sys::gil::GilCell;
-use crate::sys::python::call_kw;
 use crate::sys::sock;
 use crate::transports::common::would_block;
 
@@ -303,8 +302,7 @@ fn park<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = lp.py();
     let this = lp.get();
-    let t = asyncio_types(py)?;
-    let fut = call_kw(t.future.bind(py), &[], t.kw_loop.bind(py), &[lp.as_any()])?;
+    let fut = new_future(lp)?;
     let fd_obj = PyInt::new(py, fd);
     if this.fd_has_owner(py, &fd_obj)? {
         // mirrors selector_events._ensure_fd_no_transport, in Python.

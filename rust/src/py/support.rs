@@ -16,7 +16,7 @@ use super::loop_::Loop;
 use crate::core::streams::{FlushHook, SentHook};
 use crate::core::watchers::Side;
 use crate::handles::{Handle, TimerHandle};
-use crate::sys::python::{context_is_empty, copy_context, thread_ident};
+use crate::sys::python::{call_kw, context_is_empty, copy_context, thread_ident};
 
 /// `asyncio.Future`, `asyncio.Task` and the keyword-name tuples used to call them.
 pub(super) struct AsyncioTypes {
@@ -47,6 +47,16 @@ static FORMAT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
 /// A new handle's context (`None`: run in a new empty one) and creation stack.
 type HandleParts = (Option<Py<PyAny>>, Option<Py<PyAny>>);
+
+/// `asyncio.Future(loop=lp)`; while the loop runs, with its one `{"loop": lp}` dict.
+pub(super) fn new_future<'py>(lp: &Bound<'py, Loop>) -> PyResult<Bound<'py, PyAny>> {
+    let py = lp.py();
+    let t = asyncio_types(py)?;
+    match lp.get().running_kwargs(py) {
+        Some(kw) => t.future.bind(py).call((), Some(&kw)),
+        None => call_kw(t.future.bind(py), &[], t.kw_loop.bind(py), &[lp.as_any()]),
+    }
+}
 
 /// `rsloop._format`: the Python helpers used on slow paths (debug checks, formatting).
 pub(super) fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
