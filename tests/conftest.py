@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -24,6 +25,13 @@ settings.register_profile(
     "slow", max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+
+# Ctrl-C tests (tests/test_signals.py) send SIGINT to child interpreters. A launcher that
+# ignores SIGINT (a background job of a shell without job control) passes that on through
+# exec, and the children would never see it; take back the default an interactive shell
+# gives.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = ("pytester",)  # tests/test_ecosystem.py runs inner pytest sessions
 

@@ -61,6 +61,7 @@ import importlib.util
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -1120,6 +1121,12 @@ def parent_main(args) -> int:
 
 
 def main(argv=None) -> int:
+    # CPython's test_runners interrupt the main thread with SIGINT. A launcher that ignores
+    # SIGINT (a background job of a shell without job control) would leave the workers
+    # ignoring it too, and those tests would hang until the per-test timeout. Take back
+    # the default an interactive shell gives (workers inherit it through exec).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
