@@ -480,6 +480,41 @@ def test_close_flushes_buffer_before_connection_lost(loop):
     run(loop, main())
 
 
+def test_writes_while_a_send_waits_for_the_peer_arrive_whole_and_in_order(loop):
+    # The peer reads nothing until every write is made, so on io_uring the first send
+    # waits in the kernel while later writes gather behind it; each completion must send
+    # what gathered meanwhile. The high-water mark is out of reach: flow control never
+    # fires, and the transport settles every completion itself.
+    chunks = [payload(16 * 1024, seed=i) for i in range(128)]
+    expected = b"".join(chunks)
+
+    async def main():
+        with listening_socket() as lsock:
+            client = Recorder()
+            tr, _ = await loop.create_connection(lambda: client, *lsock.getsockname())
+            tr.set_write_buffer_limits(high=64 * MIB)
+            shrink_sndbuf(tr)
+            conn, _ = lsock.accept()
+            with conn:
+                for chunk in chunks:
+                    tr.write(chunk)
+                    await asyncio.sleep(0)
+                assert tr.get_write_buffer_size() > 0
+                got = await recv_exactly(loop, conn, len(expected))
+                for _ in range(100):
+                    if tr.get_write_buffer_size() == 0:
+                        break
+                    await asyncio.sleep(0)
+                assert tr.get_write_buffer_size() == 0
+                tr.close()
+                assert await client.wait_lost() is None
+                assert await recv_all(loop, conn) == b""
+        assert got == expected
+        assert client.names(flow=True) == ["made", "lost"]
+
+    run(loop, main())
+
+
 def test_abort_drops_buffer(loop):
     data = payload(2 * MIB)
 
