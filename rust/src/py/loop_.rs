@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::convert::seconds;
-use super::support::{asyncio_types, format_module, new_future};
+use super::support::{asyncio_types, call_on_loop, format_module, new_future};
 use crate::core::backend::planned_backend;
 use crate::core::watchers::Side;
 use crate::core::LoopCore;
@@ -294,10 +294,7 @@ impl Loop {
         let task = t.task.bind(py);
         let me = slf.as_any();
         match (name, context) {
-            (None, None) => match this.running_kwargs(py) {
-                Some(kw) => task.call((coro,), Some(&kw)),
-                None => call_kw(task, &[coro], t.kw_loop.bind(py), &[me]),
-            },
+            (None, None) => call_on_loop(slf, task, &[coro]),
             (Some(n), None) => call_kw(task, &[coro], t.kw_loop_name.bind(py), &[me, n]),
             (None, Some(c)) => call_kw(task, &[coro], t.kw_loop_context.bind(py), &[me, c]),
             (Some(n), Some(c)) => {

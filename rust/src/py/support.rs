@@ -48,13 +48,27 @@ static FORMAT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 /// A new handle's context (`None`: run in a new empty one) and creation stack.
 type HandleParts = (Option<Py<PyAny>>, Option<Py<PyAny>>);
 
-/// `asyncio.Future(loop=lp)`; while the loop runs, with its one `{"loop": lp}` dict.
+/// `asyncio.Future(loop=lp)`.
 pub(super) fn new_future<'py>(lp: &Bound<'py, Loop>) -> PyResult<Bound<'py, PyAny>> {
+    let t = asyncio_types(lp.py())?;
+    call_on_loop(lp, t.future.bind(lp.py()), &[])
+}
+
+/// `cls(*args, loop=lp)`; while the loop runs, with its one `{"loop": lp}` dict.
+pub(super) fn call_on_loop<'py>(
+    lp: &Bound<'py, Loop>,
+    cls: &Bound<'py, PyAny>,
+    args: &[&Bound<'py, PyAny>],
+) -> PyResult<Bound<'py, PyAny>> {
     let py = lp.py();
-    let t = asyncio_types(py)?;
     match lp.get().running_kwargs(py) {
-        Some(kw) => t.future.bind(py).call((), Some(&kw)),
-        None => call_kw(t.future.bind(py), &[], t.kw_loop.bind(py), &[lp.as_any()]),
+        Some(kw) => cls.call(PyTuple::new(py, args)?, Some(&kw)),
+        None => call_kw(
+            cls,
+            args,
+            asyncio_types(py)?.kw_loop.bind(py),
+            &[lp.as_any()],
+        ),
     }
 }
 

@@ -90,6 +90,13 @@ impl State {
         self.queued = 0;
     }
 
+    /// The kernel took `n` bytes off the queue's front: they stop counting as buffered;
+    /// the chunks sent whole are returned, for the caller to drop outside the cell.
+    fn took(&mut self, py: Python<'_>, n: usize) -> Sent {
+        self.queued = self.queued.saturating_sub(n);
+        advance(&mut self.queue, py, n)
+    }
+
     /// One `sendmsg` of the queue's front (up to `MAX_IOV` slices). The bytes sent leave the
     /// queue; the chunks sent whole are returned, for the caller to drop outside the cell.
     pub(super) fn send_queued(&mut self, py: Python<'_>, fd: i32) -> (io::Result<usize>, Sent) {
@@ -101,11 +108,10 @@ impl State {
             .collect();
         let res = sock::send_vectored(fd, &slices);
         drop(slices);
-        let mut done = Sent::default();
-        if let Ok(n) = res {
-            self.queued -= n;
-            done = advance(&mut self.queue, py, n);
-        }
+        let done = match res {
+            Ok(n) => self.took(py, n),
+            Err(_) => Sent::default(),
+        };
         (res, done)
     }
 }
@@ -292,9 +298,7 @@ impl StreamCore {
                 return None;
             }
             s.send_token = None;
-            let n = result as usize;
-            s.queued = s.queued.saturating_sub(n);
-            Some((advance(&mut s.queue, py, n), !s.queue.is_empty()))
+            Some((s.took(py, result as usize), !s.queue.is_empty()))
         });
         let Some((chunks, more)) = sent else {
             return false;
@@ -320,12 +324,11 @@ impl StreamCore {
                     Sent::Many(std::mem::take(&mut s.queue).into_iter().collect()),
                 );
             }
-            let mut done = Sent::default();
-            if result > 0 {
-                let n = result as usize;
-                s.queued = s.queued.saturating_sub(n);
-                done = advance(&mut s.queue, py, n);
-            }
+            let done = if result > 0 {
+                s.took(py, result as usize)
+            } else {
+                Sent::default()
+            };
             (false, done)
         });
         drop(sent_chunks);
