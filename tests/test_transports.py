@@ -515,6 +515,39 @@ def test_writes_while_a_send_waits_for_the_peer_arrive_whole_and_in_order(loop):
     run(loop, main())
 
 
+def test_small_reads_after_large_ones_arrive_exact(loop):
+    # After a large read rsloop's next one goes straight into a 256 KiB `bytes` that is
+    # shrunk to what arrived: a few bytes after a large message must come out as exactly
+    # those bytes, and no chunk may be longer than asyncio's 256 KiB read size.
+    steps = [300_000, 5, 64 * 1024, 1, 9000, 200_000, 7, 40_000, 3]
+    messages = [payload(n, seed=i) for i, n in enumerate(steps)]
+
+    async def main():
+        with listening_socket() as lsock:
+            client = Recorder()
+            tr, _ = await loop.create_connection(lambda: client, *lsock.getsockname())
+            conn, _ = lsock.accept()
+            conn.setblocking(False)
+            with conn:
+                sent = 0
+                for msg in messages:
+                    before = len(client.events)
+                    await loop.sock_sendall(conn, msg)
+                    sent += len(msg)
+                    await client.wait_bytes(sent)
+                    chunks = [e[1] for e in client.events[before:] if e[0] == "data"]
+                    assert b"".join(chunks) == msg
+                    assert all(type(c) is bytes and len(c) <= 256 * 1024 for c in chunks)
+                    if len(msg) < 10:
+                        assert [len(c) for c in chunks] == [len(msg)]
+            assert await client.wait_lost() is None
+            tr.close()
+        assert bytes(client.data) == b"".join(messages)
+        assert client.names() == ["made", "data", "eof", "lost"]
+
+    run(loop, main())
+
+
 def test_abort_drops_buffer(loop):
     data = payload(2 * MIB)
 

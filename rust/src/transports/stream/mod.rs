@@ -22,17 +22,16 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyInt, PyTuple};
+use pyo3::types::{PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
-use super::common::{
-    is_exit, requested_limits, with_scratch, would_block, Base, TransportCore, WriteBuffer,
-};
+use super::common::{is_exit, requested_limits, would_block, Base, TransportCore, WriteBuffer};
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::py::loop_::Loop;
 use crate::sys::gil::GilCell;
 use crate::sys::sock::{self, SendHeader};
+use read::BIG_READ;
 use write::Pending;
 
 static BUFFERED_PROTOCOL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -63,6 +62,9 @@ struct State {
     recv_token: Option<u64>,
     /// The kernel refused the multishot receive: read by readiness from now on.
     readiness_only: bool,
+    /// The last readiness receive was large (`BIG_READ` or more): the next one goes
+    /// straight into its own `bytes` rather than through the scratch buffer.
+    big_reads: bool,
     /// Writes go through the ring: gathered during an iteration, sent with the wait as one
     /// `sendmsg` SQE, at most one in flight (io_uring); else sent at once by `sendmsg`.
     ring_sends: bool,
@@ -230,6 +232,7 @@ impl StreamCore {
                 empty_waiter: None,
                 recv_token: None,
                 readiness_only: false,
+                big_reads: false,
                 ring_sends,
                 send_token: None,
                 flush_scheduled: false,
@@ -282,10 +285,11 @@ impl StreamCore {
     fn _read_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let (lost, buffered, protocol) = this.state.with(py, |s| {
+        let (lost, buffered, big, protocol) = this.state.with(py, |s| {
             (
                 s.base.conn_lost,
                 s.buffered,
+                s.big_reads,
                 s.base.protocol.as_ref().map(|p| p.clone_ref(py)),
             )
         });
@@ -298,15 +302,17 @@ impl StreamCore {
         if buffered {
             return this.read_buffered(slf, protocol);
         }
-        let got = with_scratch(|buf| sock::recv(this.fd, buf).map(|n| PyBytes::new(py, &buf[..n])));
+        let got = this.recv_chunk(py, big)?;
         let data = match got {
             Ok(d) => d,
             Err(e) if would_block(&e) => return Ok(()),
             Err(e) => return this.fatal(py, os_error(&e), "Fatal read error on socket transport"),
         };
-        if data.as_bytes().is_empty() {
+        let n = data.as_bytes().len();
+        if n == 0 {
             return this.on_eof(slf, protocol);
         }
+        this.state.with(py, |s| s.big_reads = n >= BIG_READ);
         this.data_received(py, &protocol, data)
     }
 
