@@ -177,12 +177,16 @@ def add_venv_options(p) -> None:
 
 
 def resolve_venv_options(a) -> None:
-    """Fill the VENV_LOOPS options not given from the venvs beside the repo."""
+    """Fill the VENV_LOOPS options not given from the venvs beside the repo, and make
+    the given ones absolute: the children run with another working directory."""
     for option, venv, _ in VENV_LOOPS.values():
         attr = _venv_attr(option)
         guess = HERE.parent / venv / "bin" / "python"
-        if getattr(a, attr) is None and guess.exists():
+        given = getattr(a, attr)
+        if given is None and guess.exists():
             setattr(a, attr, str(guess))
+        elif given is not None:
+            setattr(a, attr, os.path.abspath(given))
 
 
 def child_command(args, loop: str, workload: str, n: int, warm: int):
