@@ -367,7 +367,9 @@ def summary_table(loops, table, meta, metric) -> list:
             elif "median_ops_per_s" not in s:
                 cells.append("–")
             else:
-                cells.append(f"{fmt_rate(s['median_ops_per_s'])} ({s.get('vs_asyncio', 0):.2f}×)")
+                vs = s.get("vs_asyncio")
+                ratio = f" ({vs:.2f}×)" if vs is not None else ""
+                cells.append(f"{fmt_rate(s['median_ops_per_s'])}{ratio}")
         r = t["rsloop_vs_best_peer"]
         cells.append(f"{r:.2f}× ({t['best_peer']})" if r else "–")
         out.append(f"| {wl} | " + " | ".join(cells) + " |")
@@ -380,6 +382,12 @@ def summary_table(loops, table, meta, metric) -> list:
     if failures:
         out += ["", *failures]
     return out
+
+
+def _vs_asyncio(s) -> str:
+    """A loop's rate over asyncio's, or a dash when asyncio was not run."""
+    vs = s.get("vs_asyncio")
+    return f"{vs:.2f}" if vs is not None else "–"
 
 
 def markdown(loops, table, meta, other=None) -> str:
@@ -410,7 +418,7 @@ def markdown(loops, table, meta, other=None) -> str:
             fail = f" ({s['n_failed']} failed)" if s["n_failed"] else ""
             out.append(
                 f"| {wl} | {lp} | {fmt_rate(s['median_ops_per_s'])}{fail} | "
-                f"{s.get('vs_asyncio', 0):.2f} | {s['median_seconds']:.3f} | "
+                f"{_vs_asyncio(s)} | {s['median_seconds']:.3f} | "
                 f"{s['median_cpu_seconds']:.3f} | "
                 f"{s['spread_pct']:.0f}% | {s['peak_rss_mib']:.1f} | {s['rss_growth_mib']:.1f} |"
             )
