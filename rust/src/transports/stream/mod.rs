@@ -302,7 +302,11 @@ impl StreamCore {
         if buffered {
             return this.read_buffered(slf, protocol);
         }
-        let got = this.recv_chunk(py, big)?;
+        let got = match this.recv_chunk(py, big) {
+            Ok(got) => got,
+            Err(e) if is_exit(&e, py) => return Err(e),
+            Err(e) => return this.fatal(py, e, "Fatal read error on socket transport"),
+        };
         let data = match got {
             Ok(d) => d,
             Err(e) if would_block(&e) => return Ok(()),
