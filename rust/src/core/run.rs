@@ -343,7 +343,9 @@ impl LoopCore {
     // Transports that wrote during the last batch build their one vectored send each; the
     // sends go out with this iteration's wait.
     fn flush_transports(&self, py: Python<'_>, dirty: &mut Vec<(Py<PyAny>, FlushHook)>) {
-        self.queues.with(py, |q| q.streams.take_dirty(dirty));
+        if !self.queues.with(py, |q| q.streams.take_dirty(dirty)) {
+            return;
+        }
         for (owner, flush) in dirty.drain(..) {
             let owner = owner.into_bound(py);
             if let Err(e) = flush(&owner) {

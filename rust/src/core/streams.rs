@@ -105,9 +105,14 @@ impl Streams {
     }
 
     /// Moves the flushes of this iteration into `into` (left empty by the caller; the
-    /// vectors trade places, as in `take_work`).
-    pub fn take_dirty(&mut self, into: &mut Vec<(Py<PyAny>, FlushHook)>) {
+    /// vectors trade places, as in `take_work`). `false`: no transport wrote, and `into`
+    /// is left alone.
+    pub fn take_dirty(&mut self, into: &mut Vec<(Py<PyAny>, FlushHook)>) -> bool {
+        if self.dirty.is_empty() {
+            return false;
+        }
         std::mem::swap(&mut self.dirty, into);
+        true
     }
 
     /// Queues one send of the header at `msg` on `fd`; `sent(owner, result)` hears the end.
