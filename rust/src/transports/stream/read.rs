@@ -57,6 +57,8 @@ impl StreamCore {
         py: Python<'py>,
         big: bool,
     ) -> PyResult<io::Result<Bound<'py, PyBytes>>> {
+        // The block is a little larger than the payload (the `bytes` header and malloc's
+        // own); a page of margin covers both.
         if big && heap_serves(MAX_READ + 4096) {
             return recv_bytes(py, self.fd, MAX_READ);
         }
