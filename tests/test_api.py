@@ -306,6 +306,28 @@ def test_create_future(loop):
     fut.cancel()
 
 
+def test_futures_and_tasks_belong_to_the_loop_from_any_thread(loop):
+    # Made before the run, inside it, and from another thread while it runs (where
+    # asyncio's running loop is not this one, or is none): each belongs to `loop`.
+    made = {"before": (loop.create_future(), loop.create_task(asyncio.sleep(0)))}
+
+    async def main():
+        made["inside"] = (loop.create_future(), loop.create_task(asyncio.sleep(0)))
+        other = await loop.run_in_executor(
+            None, lambda: (loop.create_future(), loop.create_task(asyncio.sleep(0)))
+        )
+        made["thread"] = other
+        for _, task in made.values():
+            await task
+
+    loop.run_until_complete(main())
+    for where, (fut, task) in made.items():
+        assert fut.get_loop() is loop, where
+        assert task.get_loop() is loop, where
+        assert task.done(), where
+        fut.cancel()
+
+
 def test_create_task_with_name(loop):
     async def main():
         return asyncio.current_task().get_name()

@@ -29,11 +29,6 @@ pub struct Loop {
     pub(super) task_factory: GilCell<Option<Py<PyAny>>>,
     /// The dict behind `loop._transports` (fd -> weak transport), for the `sock_*` check.
     pub(super) transports: GilCell<Option<Py<PyDict>>>,
-    /// `{"loop": self}` while the loop runs: the keywords of `Future(loop=self)` and
-    /// `Task(coro, loop=self)`, made once per run instead of once per call (neither
-    /// `__init__` keeps or changes the dict). Dropped when the run ends, so a loop that is
-    /// not running holds no reference to itself.
-    pub(super) loop_kwargs: GilCell<Option<Py<PyDict>>>,
 }
 
 #[pymethods]
@@ -47,9 +42,6 @@ impl Loop {
         if let Some(t) = self.transports.peek_for_gc(&visit) {
             visit.call(t)?;
         }
-        if let Some(k) = self.loop_kwargs.peek_for_gc(&visit) {
-            visit.call(k)?;
-        }
         self.core.traverse(&visit)
     }
 
@@ -58,7 +50,6 @@ impl Loop {
             let factory = (
                 self.task_factory.with(py, Option::take),
                 self.transports.with(py, Option::take),
-                self.loop_kwargs.with(py, Option::take),
             );
             let queued = if self.core.thread_id.load(Ordering::Relaxed) == 0 {
                 self.core.clear(py)
@@ -92,7 +83,6 @@ impl Loop {
             core: Arc::new(LoopCore::new(requested, info)),
             task_factory: GilCell::new(None),
             transports: GilCell::new(None),
-            loop_kwargs: GilCell::new(None),
         })
     }
 
@@ -113,17 +103,7 @@ impl Loop {
                 "This event loop is already running",
             ));
         }
-        let this = slf.get();
-        let kwargs = PyDict::new(py);
-        let result = match kwargs.set_item(intern!(py, "loop"), slf) {
-            Ok(()) => {
-                this.loop_kwargs.with(py, |k| *k = Some(kwargs.unbind()));
-                core.run_forever(py, slf.as_any())
-            }
-            Err(e) => Err(e),
-        };
-        let kwargs = this.loop_kwargs.with(py, Option::take);
-        drop(kwargs);
+        let result = core.run_forever(py, slf.as_any());
         core.thread_id.store(0, Ordering::Relaxed);
         result
     }

@@ -9,7 +9,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::PyTuple;
 
 use super::convert::fileobj_to_fd;
 use super::loop_::Loop;
@@ -54,22 +54,28 @@ pub(super) fn new_future<'py>(lp: &Bound<'py, Loop>) -> PyResult<Bound<'py, PyAn
     call_on_loop(lp, t.future.bind(lp.py()), &[])
 }
 
-/// `cls(*args, loop=lp)`; while the loop runs, with its one `{"loop": lp}` dict.
+/// `cls(*args, loop=lp)`. On the thread running `lp` the keyword is left out: there
+/// `lp` is asyncio's running loop, which is what `Future` and `Task` default to, and a
+/// call without keywords skips `__init__`'s keyword parsing and the dict `type.__call__`
+/// would build for them (a fifth of what `create_future` cost).
 pub(super) fn call_on_loop<'py>(
     lp: &Bound<'py, Loop>,
     cls: &Bound<'py, PyAny>,
     args: &[&Bound<'py, PyAny>],
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = lp.py();
-    match lp.get().running_kwargs(py) {
-        Some(kw) => cls.call(PyTuple::new(py, args)?, Some(&kw)),
-        None => call_kw(
-            cls,
-            args,
-            asyncio_types(py)?.kw_loop.bind(py),
-            &[lp.as_any()],
-        ),
+    if lp.get().on_loop_thread() {
+        return match args {
+            [] => cls.call0(),
+            _ => cls.call1(PyTuple::new(py, args)?),
+        };
     }
+    call_kw(
+        cls,
+        args,
+        asyncio_types(py)?.kw_loop.bind(py),
+        &[lp.as_any()],
+    )
 }
 
 /// `rsloop._format`: the Python helpers used on slow paths (debug checks, formatting).
@@ -82,10 +88,10 @@ pub(super) fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
 // Some of these serve only the Unix transports and `sock_*` (absent on Windows).
 #[cfg_attr(not(unix), allow(dead_code))]
 impl Loop {
-    // `{"loop": self}` if the loop is running (see `loop_kwargs`).
-    pub(super) fn running_kwargs<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyDict>> {
-        self.loop_kwargs
-            .with(py, |k| k.as_ref().map(|d| d.bind(py).clone()))
+    // Whether the caller is the thread inside this loop's `run_forever`, which made the
+    // loop asyncio's running loop (`events._set_running_loop`) before entering it.
+    pub(super) fn on_loop_thread(&self) -> bool {
+        self.core.thread_id.load(Ordering::Relaxed) == thread_ident()
     }
 
     pub(super) fn check_closed(&self) -> PyResult<()> {
