@@ -45,6 +45,48 @@ def test_non_debug_call_soon_non_callable_fails_at_run_time(loop, handler_log):
     assert ctx["handle"] is h
 
 
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda lp: lp.call_soon(),
+            r"call_soon\(\) missing 1 required positional argument: 'callback'",
+        ),
+        (
+            lambda lp: lp.call_soon(context=None),
+            r"missing 1 required positional argument: 'callback'",
+        ),
+        (
+            lambda lp: lp.call_soon(print, delay=1),
+            r"call_soon\(\) got an unexpected keyword argument 'delay'",
+        ),
+        (
+            lambda lp: lp.call_soon(print, callback=print),
+            r"call_soon\(\) got multiple values for argument 'callback'",
+        ),
+    ],
+)
+def test_call_soon_bad_arguments_raise_type_error_like_asyncio(loop, call, message):
+    with pytest.raises(TypeError, match=message):
+        call(loop)
+    out = []
+    loop.call_soon(out.append, "after")
+    run_once(loop)
+    assert out == ["after"]
+
+
+def test_call_soon_takes_callback_and_context_by_keyword(loop):
+    var = contextvars.ContextVar("var", default="outside")
+    ctx = contextvars.copy_context()
+    ctx.run(var.set, "inside")
+    out = []
+    loop.call_soon(callback=lambda: out.append(("kw", var.get())))
+    loop.call_soon(lambda *a: out.append((a, var.get())), 1, 2, context=ctx)
+    loop.call_soon(lambda: out.append(("none", var.get())), context=None)
+    run_once(loop)
+    assert out == [("kw", "outside"), ((1, 2), "inside"), ("none", "outside")]
+
+
 @pytest.mark.debug_mode(False)
 def test_non_debug_call_later_non_callable_fails_at_run_time(loop, handler_log):
     loop.call_later(0, None)

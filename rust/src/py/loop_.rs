@@ -2,6 +2,7 @@
 //! Methods are grouped under the same banners as `asyncio.AbstractEventLoop`; each one
 //! checks its arguments, converts them, and delegates to `core/`.
 
+use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
 use crate::handles::{lock, Handle, TimerHandle};
+use crate::sys::fastcall::{FastArgs, FastMethod};
 use crate::sys::gil::GilCell;
 use crate::sys::python::{call_kw, thread_ident};
 
@@ -145,24 +147,6 @@ impl Loop {
     }
 
     // ----- Methods scheduling callbacks -----
-
-    #[pyo3(signature = (callback, *args, context = None))]
-    fn call_soon(
-        &self,
-        py: Python<'_>,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
-        context: Option<Py<PyAny>>,
-    ) -> PyResult<Py<Handle>> {
-        self.check_closed()?;
-        let debug = self.core.debug();
-        if debug {
-            self.debug_checks(py, &callback, "call_soon")?;
-        }
-        let handle = self.make_handle(py, callback, args, context, debug)?;
-        self.core.push_ready(py, handle.clone_ref(py));
-        Ok(handle)
-    }
 
     #[pyo3(signature = (callback, *args, context = None))]
     fn call_soon_threadsafe(
@@ -500,5 +484,59 @@ impl Loop {
         d.set_item("fd_watchers", watchers)?;
         d.set_item("spare_handles", spare)?;
         Ok(d)
+    }
+}
+
+/// `call_soon(callback, *args, context=None)`, installed over the type by
+/// `sys::fastcall` (see there for why its arguments are not parsed by PyO3).
+pub struct CallSoon;
+
+impl FastMethod for CallSoon {
+    const NAME: &'static CStr = c"call_soon";
+    const DOC: &'static CStr = c"call_soon($self, callback, *args, context=None)\n--\n\n\
+Arrange for a callback to be called as soon as possible.";
+
+    fn call<'py>(slf: &Bound<'py, PyAny>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let lp = slf.cast::<Loop>()?;
+        let mut callback = (a.nargs() > 0).then(|| a.value(0));
+        let mut context = None;
+        for k in 0..a.n_keywords() {
+            let name = a.keyword(k)?;
+            let value = a.value(a.nargs() + k);
+            // Interned names compare by pointer; `==` falls back to the text.
+            if name.as_any().is(intern!(py, "context")) || name == "context" {
+                context = Some(value);
+            } else if name.as_any().is(intern!(py, "callback")) || name == "callback" {
+                if callback.replace(value).is_some() {
+                    return Err(PyTypeError::new_err(
+                        "Loop.call_soon() got multiple values for argument 'callback'",
+                    ));
+                }
+            } else {
+                return Err(PyTypeError::new_err(format!(
+                    "Loop.call_soon() got an unexpected keyword argument '{name}'"
+                )));
+            }
+        }
+        let Some(callback) = callback else {
+            return Err(PyTypeError::new_err(
+                "Loop.call_soon() missing 1 required positional argument: 'callback'",
+            ));
+        };
+        let args = a.tuple_from(1)?.unbind();
+        let context = context
+            .filter(|c| !c.is_none())
+            .map(|c| c.to_owned().unbind());
+        let this = lp.get();
+        this.check_closed()?;
+        let callback = callback.to_owned().unbind();
+        let debug = this.core.debug();
+        if debug {
+            this.debug_checks(py, &callback, "call_soon")?;
+        }
+        let handle = this.make_handle(py, callback, args, context, debug)?;
+        this.core.push_ready(py, handle.clone_ref(py));
+        Ok(handle.into_bound(py).into_any())
     }
 }

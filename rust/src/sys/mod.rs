@@ -51,6 +51,7 @@ pub fn fd_check_pollable(_fd: crate::driver::op::RawFd) -> std::io::Result<()> {
 pub fn close_raw(_fd: crate::driver::op::RawFd) {}
 
 pub mod clock;
+pub mod fastcall;
 pub mod gil;
 pub mod malloc;
 pub mod python;

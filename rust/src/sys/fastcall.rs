@@ -1,0 +1,147 @@
+//! Native methods that read CPython's vectorcall arguments as they arrive.
+//!
+//! PyO3's generated parsing serves any signature, and pays for it: a keyword's name is
+//! converted to UTF-8 and searched among the parameters, `*args` becomes a new tuple.
+//! `call_soon` is called with `context=` by asyncio's C `Future` and `Task` on every
+//! wake-up, and there that parsing cost more than the scheduling itself. A method
+//! installed here reads its fixed shape from the raw arguments instead.
+//! Owns: the raw entry point, the method descriptor, panics at the boundary.
+//! Not: what a method does (a safe [`FastMethod`] implementation elsewhere).
+
+use std::ffi::CStr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use pyo3::ffi;
+use pyo3::panic::PanicException;
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple, PyType};
+
+/// The arguments of one call: positional ones, then keyword values named by `kwnames`.
+pub struct FastArgs<'a, 'py> {
+    py: Python<'py>,
+    values: &'a [*mut ffi::PyObject],
+    nargs: usize,
+    kwnames: Option<Borrowed<'a, 'py, PyTuple>>,
+}
+
+impl<'a, 'py> FastArgs<'a, 'py> {
+    /// How many positional arguments were passed.
+    #[inline]
+    pub fn nargs(&self) -> usize {
+        self.nargs
+    }
+
+    /// The positional argument at `i` (`i < nargs()`), or a keyword's value
+    /// (`nargs() + k`, see [`FastArgs::keyword`]).
+    #[inline]
+    pub fn value(&self, i: usize) -> Borrowed<'a, 'py, PyAny> {
+        // SAFETY: `values` holds `nargs + len(kwnames)` live references, borrowed from the
+        // caller for the whole call ('a); an index out of range panics on the slice first.
+        unsafe { Borrowed::from_ptr(self.py, self.values[i]) }
+    }
+
+    /// The positional arguments from `start` on, as a new tuple (the shared empty tuple if
+    /// there are none).
+    pub fn tuple_from(&self, start: usize) -> PyResult<Bound<'py, PyTuple>> {
+        if start >= self.nargs {
+            return Ok(PyTuple::empty(self.py));
+        }
+        PyTuple::new(self.py, (start..self.nargs).map(|i| self.value(i)))
+    }
+
+    /// How many keyword arguments were passed.
+    #[inline]
+    pub fn n_keywords(&self) -> usize {
+        self.kwnames.as_ref().map_or(0, |k| k.len())
+    }
+
+    /// The name of keyword argument `k` (`k < n_keywords()`); its value is
+    /// `value(nargs() + k)`.
+    pub fn keyword(&self, k: usize) -> PyResult<Bound<'py, PyString>> {
+        let names = self.kwnames.as_ref().expect("keyword() without keywords");
+        Ok(names.get_item(k)?.cast_into::<PyString>()?)
+    }
+}
+
+/// A method whose arguments are read from [`FastArgs`].
+pub trait FastMethod {
+    /// The attribute name (and `__name__`).
+    const NAME: &'static CStr;
+    /// The docstring, starting with CPython's `name($self, ...)\n--\n\n` text signature
+    /// so `inspect.signature` sees the parameters.
+    const DOC: &'static CStr;
+    /// The call itself, on `slf` (an instance of the type the method was installed on,
+    /// checked by the descriptor).
+    fn call<'py>(slf: &Bound<'py, PyAny>, args: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>>;
+}
+
+// The METH_FASTCALL | METH_KEYWORDS entry point for `M`.
+unsafe extern "C" fn trampoline<M: FastMethod>(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls a method's C function with the GIL held.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: for METH_FASTCALL | METH_KEYWORDS, `kwnames` is NULL or a tuple of names,
+    // borrowed for the call.
+    let kwnames = unsafe { Borrowed::from_ptr_or_opt(py, kwnames) }
+        // SAFETY: see above: a non-NULL `kwnames` is a tuple.
+        .map(|k| unsafe { k.cast_unchecked::<PyTuple>() });
+    // `nargs` is the plain positional count (the vectorcall offset flag is stripped).
+    let nargs = nargs.max(0) as usize;
+    let total = nargs + kwnames.as_ref().map_or(0, |k| k.len());
+    let values = if total == 0 {
+        // `args` may be NULL when nothing was passed.
+        &[][..]
+    } else {
+        // SAFETY: `args` points at `nargs + len(kwnames)` borrowed references that stay
+        // valid for the call.
+        unsafe { std::slice::from_raw_parts(args, total) }
+    };
+    // SAFETY: `slf` is a live instance, borrowed for the call (the method descriptor
+    // checked its type before calling us).
+    let slf = unsafe { Borrowed::from_ptr(py, slf) };
+    let args = FastArgs {
+        py,
+        values,
+        nargs,
+        kwnames,
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| M::call(&slf, &args)));
+    let err = match outcome {
+        Ok(Ok(obj)) => return obj.into_ptr(),
+        Ok(Err(e)) => e,
+        Err(payload) => {
+            let text = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic in rsloop".to_string());
+            PanicException::new_err(text)
+        }
+    };
+    err.restore(py);
+    std::ptr::null_mut()
+}
+
+/// Installs `M` on `ty` as a method, replacing an attribute of that name.
+pub fn install<M: FastMethod>(ty: &Bound<'_, PyType>) -> PyResult<()> {
+    let py = ty.py();
+    // Leaked on purpose: a method's definition must outlive every descriptor and bound
+    // method made from it, and each method is installed once per process.
+    let def: &'static mut ffi::PyMethodDef = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: M::NAME.as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: trampoline::<M>,
+        },
+        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ml_doc: M::DOC.as_ptr(),
+    }));
+    // SAFETY: `ty` is a live type object, `def` lives forever; PyDescr_NewMethod returns a
+    // new reference or NULL with an exception set.
+    let descr =
+        unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), def)) }?;
+    ty.setattr(M::NAME.to_str().expect("method names are ASCII"), descr)
+}
