@@ -43,7 +43,7 @@ ALL_LOOPS = [
     "rsloop-multishot",
     "rsloop-directsend",
     "rsloop-completion",
-    "rsloop-faststreams",
+    "rsloop-asynciostreams",
     "rsloop-glibcmalloc",
     "rsloop-base",
 ]
@@ -56,7 +56,7 @@ OURS = (
     "rsloop-multishot",
     "rsloop-directsend",
     "rsloop-completion",
-    "rsloop-faststreams",
+    "rsloop-asynciostreams",
     "rsloop-glibcmalloc",
     "rsloop-base",
 )
@@ -213,10 +213,10 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
     elif loop == "rsloop-completion":
         # Multishot receive too: the transports' I/O entirely as io_uring completions.
         env["RSLOOP_URING_RECV"] = "multishot"
-    elif loop == "rsloop-faststreams":
-        # asyncio.open_connection / start_server hand out rsloop's native stream reader
-        # and writer (opt-in, rsloop/_streams.py).
-        env["RSLOOP_FAST_STREAMS"] = "1"
+    elif loop == "rsloop-asynciostreams":
+        # asyncio.open_connection / start_server hand out asyncio's own reader and writer
+        # (RSLOOP_FAST_STREAMS=0): measures what rsloop's fast streams bring.
+        env["RSLOOP_FAST_STREAMS"] = "0"
     elif loop == "rsloop-glibcmalloc":
         # glibc's malloc thresholds left at their defaults (RSLOOP_TUNE_MALLOC=0): measures
         # what rsloop/_malloc.py brings.

@@ -25,7 +25,8 @@ from ._unix import UnixMixin
 
 __all__ = ["Loop"]
 
-# RSLOOP_FAST_STREAMS=1: asyncio's stream functions build rsloop's reader and writer.
+# asyncio's stream functions build rsloop's reader and writer on native loops (unless
+# RSLOOP_FAST_STREAMS=0); see rsloop/_streams.py.
 _streams.install()
 
 

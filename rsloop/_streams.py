@@ -9,11 +9,14 @@ transport whose protocol is a plain ``asyncio.StreamReaderProtocol`` feeds such 
 directly. ``StreamWriter.drain()`` finishes natively when nothing has to wait.
 
 ``rsloop.open_connection`` / ``start_server`` / ``open_unix_connection`` /
-``start_unix_server`` (asyncio's signatures) hand these out on rsloop's native loops.
-``RSLOOP_FAST_STREAMS=1`` makes asyncio's own stream functions use them too (rsloop
-rebinds ``asyncio.streams.StreamReader`` and ``StreamWriter`` when it makes its first
-native loop); ``RSLOOP_FAST_STREAMS=0`` turns all of it off, and the functions hand out
-asyncio's classes.
+``start_unix_server`` (asyncio's signatures) hand these out on rsloop's native loops and
+are asyncio's own functions on any other loop. By default asyncio's four functions are
+replaced by these when the first native loop is made (``install``), so code calling
+``asyncio.open_connection`` gets them on rsloop's loops and nothing changes on other
+loops. ``RSLOOP_FAST_STREAMS=1`` also rebinds ``asyncio.streams.StreamReader`` and
+``StreamWriter`` (for code that builds asyncio's classes itself);
+``RSLOOP_FAST_STREAMS=0`` turns all of it off, and the functions hand out asyncio's
+classes.
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from ._rsloop import StreamReaderCore as _StreamReaderCore
 _DEFAULT_LIMIT = 2**16
 _ASYNCIO_READER = asyncio.streams.StreamReader
 _ASYNCIO_WRITER = asyncio.streams.StreamWriter
+# asyncio's stream functions as they were before ``install`` replaced them.
+_ASYNCIO_FUNCTIONS = {
+    name: getattr(asyncio.streams, name)
+    for name in ("open_connection", "start_server", "open_unix_connection", "start_unix_server")
+    if hasattr(asyncio.streams, name)
+}
 
 
 def _setting() -> str:
@@ -41,8 +50,8 @@ def enabled() -> bool:
     return _setting() not in ("0", "off", "false", "no")
 
 
-def patch_asyncio() -> bool:
-    """Whether asyncio's own stream functions get them too (``=1``)."""
+def rebind_classes() -> bool:
+    """Whether asyncio's ``StreamReader`` / ``StreamWriter`` names are rebound (``=1``)."""
     return _setting() in ("1", "on", "true", "yes")
 
 
@@ -63,9 +72,18 @@ _StreamReaderCore._register(StreamReader, _ASYNCIO_WRITER.drain)
 
 
 def install() -> None:
-    """``RSLOOP_FAST_STREAMS=1``: asyncio's ``open_connection``, ``start_server`` and the
-    unix variants build rsloop's reader and writer (called when a native loop is made)."""
-    if patch_asyncio():
+    """Puts this module's stream functions in asyncio's place (unless
+    ``RSLOOP_FAST_STREAMS=0``), and with ``=1`` rebinds asyncio's reader and writer
+    classes too. Called when a native loop is made; a name someone else already replaced
+    is left alone."""
+    if not enabled():
+        return
+    for name, original in _ASYNCIO_FUNCTIONS.items():
+        ours = globals()[name]
+        for module in (asyncio.streams, asyncio):
+            if getattr(module, name, None) is original:
+                setattr(module, name, ours)
+    if rebind_classes():
         asyncio.streams.StreamReader = StreamReader  # type: ignore[misc]
         asyncio.streams.StreamWriter = StreamWriter  # type: ignore[misc]
 
@@ -80,7 +98,7 @@ async def open_connection(
     """``asyncio.open_connection`` with the fast reader and writer on rsloop loops."""
     loop = asyncio.get_running_loop()
     if not _native(loop):
-        return await asyncio.open_connection(host, port, limit=limit, **kwds)
+        return await _ASYNCIO_FUNCTIONS["open_connection"](host, port, limit=limit, **kwds)
     reader = StreamReader(limit=limit, loop=loop)
     protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
     transport, _ = await loop.create_connection(lambda: protocol, host, port, **kwds)
@@ -111,7 +129,9 @@ async def start_server(
     """``asyncio.start_server`` with the fast reader and writer on rsloop loops."""
     loop = asyncio.get_running_loop()
     if not _native(loop):
-        return await asyncio.start_server(client_connected_cb, host, port, limit=limit, **kwds)
+        return await _ASYNCIO_FUNCTIONS["start_server"](
+            client_connected_cb, host, port, limit=limit, **kwds
+        )
     factory = _server_factory(client_connected_cb, limit, loop)
     return await loop.create_server(factory, host, port, **kwds)
 
@@ -124,7 +144,7 @@ if hasattr(socket, "AF_UNIX"):
         """``asyncio.open_unix_connection`` with the fast reader and writer."""
         loop = asyncio.get_running_loop()
         if not _native(loop):
-            return await asyncio.open_unix_connection(path, limit=limit, **kwds)
+            return await _ASYNCIO_FUNCTIONS["open_unix_connection"](path, limit=limit, **kwds)
         reader = StreamReader(limit=limit, loop=loop)
         protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
         transport, _ = await loop.create_unix_connection(lambda: protocol, path, **kwds)
@@ -136,6 +156,8 @@ if hasattr(socket, "AF_UNIX"):
         """``asyncio.start_unix_server`` with the fast reader and writer."""
         loop = asyncio.get_running_loop()
         if not _native(loop):
-            return await asyncio.start_unix_server(client_connected_cb, path, limit=limit, **kwds)
+            return await _ASYNCIO_FUNCTIONS["start_unix_server"](
+                client_connected_cb, path, limit=limit, **kwds
+            )
         factory = _server_factory(client_connected_cb, limit, loop)
         return await loop.create_unix_server(factory, path, **kwds)

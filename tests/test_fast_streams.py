@@ -176,3 +176,26 @@ def test_waiting_read_wakes_on_feed_and_a_second_reader_is_refused():
         assert [line async for line in reader] == [b"two"]
 
     rsloop.run(main())
+
+
+def test_install_replaces_asyncios_functions_but_not_someone_elses(monkeypatch):
+    from rsloop import _streams
+
+    monkeypatch.delenv("RSLOOP_FAST_STREAMS", raising=False)
+    original = _streams._ASYNCIO_FUNCTIONS["open_connection"]
+    monkeypatch.setattr(asyncio, "open_connection", original)
+    monkeypatch.setattr(asyncio.streams, "open_connection", original)
+
+    async def theirs(*args, **kwargs):  # another library's wrapper
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(asyncio, "start_server", theirs)
+    _streams.install()
+    assert asyncio.open_connection is rsloop.open_connection
+    assert asyncio.streams.open_connection is rsloop.open_connection
+    assert asyncio.start_server is theirs
+
+    monkeypatch.setenv("RSLOOP_FAST_STREAMS", "0")
+    monkeypatch.setattr(asyncio, "open_connection", original)
+    _streams.install()
+    assert asyncio.open_connection is original

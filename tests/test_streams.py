@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import types
 from typing import Any
 
 import pytest
@@ -27,28 +28,52 @@ from netutil import (
 
 MIB = 1 << 20
 
-# The stream functions under test: asyncio's own, or rsloop's fast streams (which hand out
-# rsloop.StreamReader / StreamWriter on rsloop's native loops and asyncio's classes
-# elsewhere). Set per test by the `api` fixture.
+# The stream functions under test, set per test by the `api` fixture:
+# - "asyncio": asyncio's module functions as a user calls them. Once rsloop has made a
+#   native loop they are rsloop's (unless RSLOOP_FAST_STREAMS=0), handing out
+#   rsloop.StreamReader / StreamWriter on native loops and asyncio's classes elsewhere;
+# - "rsloop": rsloop's functions called by name;
+# - "asyncio-classes": asyncio's own functions from before rsloop replaced them, so
+#   asyncio's StreamReaderProtocol -> StreamReader path runs over rsloop's transports.
 API: Any = asyncio
 
 
-@pytest.fixture(autouse=True, params=["asyncio", "rsloop"])
+def _original_functions() -> Any:
+    import rsloop
+
+    if rsloop._backend.NATIVE_ERROR is not None:
+        return asyncio
+    from rsloop import _streams
+
+    return types.SimpleNamespace(**_streams._ASYNCIO_FUNCTIONS)
+
+
+@pytest.fixture(autouse=True, params=["asyncio", "rsloop", "asyncio-classes"])
 def api(request, loop):
     global API
     if request.param == "asyncio":
         API = asyncio
-    else:
+    elif request.param == "rsloop":
         import rsloop
 
         API = rsloop
+    else:
+        API = _original_functions()
     yield request.param
     API = asyncio
 
 
 def fast(loop) -> bool:
-    """rsloop's functions on a native loop: the readers must be rsloop's."""
-    return API is not asyncio and getattr(loop, "backend", "asyncio") != "asyncio"
+    """Functions that hand out rsloop's readers on a native loop, on a native loop."""
+    import rsloop
+
+    if getattr(loop, "backend", None) not in ("uring", "poll"):
+        return False
+    from rsloop import _streams
+
+    if API is asyncio:
+        return _streams.enabled() and asyncio.open_connection is rsloop.open_connection
+    return API is rsloop and _streams.enabled()
 
 
 async def scripted_server(loop, chunks, path=None, **kwargs):
@@ -78,11 +103,15 @@ async def open_to(addr, **kwargs):
         reader, writer = await API.open_unix_connection(addr, **kwargs)
     else:
         reader, writer = await API.open_connection(*addr, **kwargs)
-    if fast(asyncio.get_running_loop()):
-        import rsloop
+    import rsloop
 
+    if fast(asyncio.get_running_loop()):
         assert type(reader) is rsloop.StreamReader
         assert type(writer) is rsloop.StreamWriter
+    else:
+        # asyncio's classes, or what RSLOOP_FAST_STREAMS=1 rebound their names to.
+        assert type(reader) is asyncio.streams.StreamReader
+        assert type(writer) is asyncio.streams.StreamWriter
     return reader, writer
 
 
