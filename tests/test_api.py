@@ -306,6 +306,7 @@ def test_create_future(loop):
     fut.cancel()
 
 
+@pytest.mark.debug_mode(False)  # debug mode refuses create_task from another thread
 def test_futures_and_tasks_belong_to_the_loop_from_any_thread(loop):
     # Made before the run, inside it, and from another thread while it runs (where
     # asyncio's running loop is not this one, or is none): each belongs to `loop`.
