@@ -64,9 +64,23 @@ def test_non_debug_call_soon_non_callable_fails_at_run_time(loop, handler_log):
             lambda lp: lp.call_soon(print, callback=print),
             r"call_soon\(\) got multiple values for argument 'callback'",
         ),
+        (
+            lambda lp: lp.call_later(),
+            r"call_later\(\) missing 2 required positional arguments: 'delay' and 'callback'",
+        ),
+        (lambda lp: lp.call_at(1.0), r"call_at\(\) missing 1 required positional argument"),
+        (
+            lambda lp: lp.call_later(0, print, delay=1),
+            r"call_later\(\) got multiple values for argument 'delay'",
+        ),
+        (
+            lambda lp: lp.call_at(0, print, x=1),
+            r"call_at\(\) got an unexpected keyword argument 'x'",
+        ),
+        (lambda lp: lp.call_soon_threadsafe(), r"call_soon_threadsafe\(\) missing 1 required"),
     ],
 )
-def test_call_soon_bad_arguments_raise_type_error_like_asyncio(loop, call, message):
+def test_scheduling_bad_arguments_raise_type_error_like_asyncio(loop, call, message):
     with pytest.raises(TypeError, match=message):
         call(loop)
     out = []
@@ -75,7 +89,7 @@ def test_call_soon_bad_arguments_raise_type_error_like_asyncio(loop, call, messa
     assert out == ["after"]
 
 
-def test_call_soon_takes_callback_and_context_by_keyword(loop):
+def test_scheduling_methods_take_callback_and_context_by_keyword(loop):
     var = contextvars.ContextVar("var", default="outside")
     ctx = contextvars.copy_context()
     ctx.run(var.set, "inside")
@@ -83,8 +97,19 @@ def test_call_soon_takes_callback_and_context_by_keyword(loop):
     loop.call_soon(callback=lambda: out.append(("kw", var.get())))
     loop.call_soon(lambda *a: out.append((a, var.get())), 1, 2, context=ctx)
     loop.call_soon(lambda: out.append(("none", var.get())), context=None)
+    loop.call_soon_threadsafe(callback=lambda: out.append(("threadsafe", var.get())), context=ctx)
     run_once(loop)
-    assert out == [("kw", "outside"), ((1, 2), "inside"), ("none", "outside")]
+    assert out == [
+        ("kw", "outside"),
+        ((1, 2), "inside"),
+        ("none", "outside"),
+        ("threadsafe", "inside"),
+    ]
+    loop.call_later(callback=lambda *a: out.append(a), delay=0)
+    loop.call_at(loop.time(), lambda *a: out.append(a), 3, context=ctx)
+    loop.call_later(0.001, loop.stop)
+    loop.run_forever()
+    assert out[4:] == [(), (3,)]
 
 
 @pytest.mark.debug_mode(False)

@@ -2,7 +2,6 @@
 //! Methods are grouped under the same banners as `asyncio.AbstractEventLoop`; each one
 //! checks its arguments, converts them, and delegates to `core/`.
 
-use std::ffi::CStr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -20,7 +19,6 @@ use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
 use crate::handles::{lock, Handle, TimerHandle};
-use crate::sys::fastcall::{FastArgs, FastMethod};
 use crate::sys::gil::GilCell;
 use crate::sys::python::{call_kw, thread_ident};
 
@@ -147,73 +145,6 @@ impl Loop {
     }
 
     // ----- Methods scheduling callbacks -----
-
-    #[pyo3(signature = (callback, *args, context = None))]
-    fn call_soon_threadsafe(
-        &self,
-        py: Python<'_>,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
-        context: Option<Py<PyAny>>,
-    ) -> PyResult<Py<Handle>> {
-        self.check_closed()?;
-        let debug = self.core.debug();
-        if debug {
-            format_module(py)?.call_method1(
-                intern!(py, "check_callback"),
-                (&callback, "call_soon_threadsafe"),
-            )?;
-        }
-        let handle = self.make_handle(py, callback, args, context, debug)?;
-        let owner = self.core.thread_id.load(Ordering::Relaxed);
-        if owner != 0 && owner == thread_ident() {
-            self.core.push_ready(py, handle.clone_ref(py));
-        } else {
-            self.core.push_ready_threadsafe(py, handle.clone_ref(py));
-        }
-        Ok(handle)
-    }
-
-    #[pyo3(signature = (delay, callback, *args, context = None))]
-    fn call_later(
-        &self,
-        py: Python<'_>,
-        delay: &Bound<'_, PyAny>,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
-        context: Option<Py<PyAny>>,
-    ) -> PyResult<Py<TimerHandle>> {
-        if delay.is_none() {
-            return Err(PyTypeError::new_err("delay must not be None"));
-        }
-        // asyncio computes `self.time() + delay`: the same arithmetic, so the same
-        // results and errors (TypeError for a str or Decimal, OverflowError for 10**400).
-        let now = self.core.time();
-        let when = if let Ok(f) = delay.cast::<PyFloat>() {
-            now + f.value()
-        } else if delay.is_exact_instance_of::<PyInt>() {
-            now + delay.extract::<f64>()?
-        } else {
-            PyFloat::new(py, now).add(delay)?.extract::<f64>()?
-        };
-        self.schedule_at(py, when, callback, args, context, "call_at")
-    }
-
-    #[pyo3(signature = (when, callback, *args, context = None))]
-    fn call_at(
-        &self,
-        py: Python<'_>,
-        when: &Bound<'_, PyAny>,
-        callback: Py<PyAny>,
-        args: Py<PyTuple>,
-        context: Option<Py<PyAny>>,
-    ) -> PyResult<Py<TimerHandle>> {
-        if when.is_none() {
-            return Err(PyTypeError::new_err("when cannot be None"));
-        }
-        let when = seconds(when, "when")?;
-        self.schedule_at(py, when, callback, args, context, "call_at")
-    }
 
     fn time(&self) -> f64 {
         self.core.time()
@@ -487,56 +418,70 @@ impl Loop {
     }
 }
 
-/// `call_soon(callback, *args, context=None)`, installed over the type by
-/// `sys::fastcall` (see there for why its arguments are not parsed by PyO3).
-pub struct CallSoon;
-
-impl FastMethod for CallSoon {
-    const NAME: &'static CStr = c"call_soon";
-    const DOC: &'static CStr = c"call_soon($self, callback, *args, context=None)\n--\n\n\
-Arrange for a callback to be called as soon as possible.";
-
-    fn call<'py>(slf: &Bound<'py, PyAny>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let lp = slf.cast::<Loop>()?;
-        let mut callback = (a.nargs() > 0).then(|| a.value(0));
-        let mut context = None;
-        for k in 0..a.n_keywords() {
-            let name = a.keyword(k)?;
-            let value = a.value(a.nargs() + k);
-            // Interned names compare by pointer; `==` falls back to the text.
-            if name.as_any().is(intern!(py, "context")) || name == "context" {
-                context = Some(value);
-            } else if name.as_any().is(intern!(py, "callback")) || name == "callback" {
-                if callback.replace(value).is_some() {
-                    return Err(PyTypeError::new_err(
-                        "Loop.call_soon() got multiple values for argument 'callback'",
-                    ));
-                }
-            } else {
-                return Err(PyTypeError::new_err(format!(
-                    "Loop.call_soon() got an unexpected keyword argument '{name}'"
-                )));
-            }
-        }
-        let Some(callback) = callback else {
-            return Err(PyTypeError::new_err(
-                "Loop.call_soon() missing 1 required positional argument: 'callback'",
-            ));
-        };
-        let args = a.tuple_from(1)?.unbind();
-        let context = context
-            .filter(|c| !c.is_none())
-            .map(|c| c.to_owned().unbind());
-        let this = lp.get();
-        this.check_closed()?;
-        let callback = callback.to_owned().unbind();
-        let debug = this.core.debug();
+// The scheduling methods' bodies; Python reaches them through `py/scheduling.rs`, which
+// reads their arguments.
+impl Loop {
+    pub(super) fn call_soon_threadsafe(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<Py<Handle>> {
+        self.check_closed()?;
+        let debug = self.core.debug();
         if debug {
-            this.debug_checks(py, &callback, "call_soon")?;
+            format_module(py)?.call_method1(
+                intern!(py, "check_callback"),
+                (&callback, "call_soon_threadsafe"),
+            )?;
         }
-        let handle = this.make_handle(py, callback, args, context, debug)?;
-        this.core.push_ready(py, handle.clone_ref(py));
-        Ok(handle.into_bound(py).into_any())
+        let handle = self.make_handle(py, callback, args, context, debug)?;
+        let owner = self.core.thread_id.load(Ordering::Relaxed);
+        if owner != 0 && owner == thread_ident() {
+            self.core.push_ready(py, handle.clone_ref(py));
+        } else {
+            self.core.push_ready_threadsafe(py, handle.clone_ref(py));
+        }
+        Ok(handle)
+    }
+
+    pub(super) fn call_later(
+        &self,
+        py: Python<'_>,
+        delay: &Bound<'_, PyAny>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<Py<TimerHandle>> {
+        if delay.is_none() {
+            return Err(PyTypeError::new_err("delay must not be None"));
+        }
+        // asyncio computes `self.time() + delay`: the same arithmetic, so the same
+        // results and errors (TypeError for a str or Decimal, OverflowError for 10**400).
+        let now = self.core.time();
+        let when = if let Ok(f) = delay.cast::<PyFloat>() {
+            now + f.value()
+        } else if delay.is_exact_instance_of::<PyInt>() {
+            now + delay.extract::<f64>()?
+        } else {
+            PyFloat::new(py, now).add(delay)?.extract::<f64>()?
+        };
+        self.schedule_at(py, when, callback, args, context, "call_at")
+    }
+
+    pub(super) fn call_at(
+        &self,
+        py: Python<'_>,
+        when: &Bound<'_, PyAny>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<Py<TimerHandle>> {
+        if when.is_none() {
+            return Err(PyTypeError::new_err("when cannot be None"));
+        }
+        let when = seconds(when, "when")?;
+        self.schedule_at(py, when, callback, args, context, "call_at")
     }
 }

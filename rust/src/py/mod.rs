@@ -2,6 +2,7 @@
 
 pub mod convert;
 pub mod loop_;
+mod scheduling;
 #[cfg(unix)]
 mod sock;
 #[cfg(unix)]
@@ -16,7 +17,7 @@ use pyo3::prelude::*;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loop_::Loop>()?;
     let loop_type = m.py().get_type::<loop_::Loop>();
-    crate::sys::fastcall::install::<loop_::CallSoon>(&loop_type)?;
+    scheduling::install_all(&loop_type)?;
     m.add_class::<crate::handles::Handle>()?;
     m.add_class::<crate::handles::TimerHandle>()?;
     #[cfg(unix)]

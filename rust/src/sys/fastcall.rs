@@ -26,14 +26,14 @@ pub struct FastArgs<'a, 'py> {
 
 impl<'a, 'py> FastArgs<'a, 'py> {
     /// How many positional arguments were passed.
-    #[inline]
+    #[inline(always)]
     pub fn nargs(&self) -> usize {
         self.nargs
     }
 
     /// The positional argument at `i` (`i < nargs()`), or a keyword's value
     /// (`nargs() + k`, see [`FastArgs::keyword`]).
-    #[inline]
+    #[inline(always)]
     pub fn value(&self, i: usize) -> Borrowed<'a, 'py, PyAny> {
         // SAFETY: `values` holds `nargs + len(kwnames)` live references, borrowed from the
         // caller for the whole call ('a); an index out of range panics on the slice first.
@@ -42,6 +42,7 @@ impl<'a, 'py> FastArgs<'a, 'py> {
 
     /// The positional arguments from `start` on, as a new tuple (the shared empty tuple if
     /// there are none).
+    #[inline(always)]
     pub fn tuple_from(&self, start: usize) -> PyResult<Bound<'py, PyTuple>> {
         if start >= self.nargs {
             return Ok(PyTuple::empty(self.py));
@@ -50,9 +51,15 @@ impl<'a, 'py> FastArgs<'a, 'py> {
     }
 
     /// How many keyword arguments were passed.
-    #[inline]
+    #[inline(always)]
     pub fn n_keywords(&self) -> usize {
         self.kwnames.as_ref().map_or(0, |k| k.len())
+    }
+
+    /// The interpreter token of the call.
+    #[inline(always)]
+    pub fn py(&self) -> Python<'py> {
+        self.py
     }
 
     /// The name of keyword argument `k` (`k < n_keywords()`); its value is
