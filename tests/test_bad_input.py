@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import weakref
 
 import pytest
 from conftest import is_rsloop_native
@@ -254,3 +255,18 @@ def test_bogus_backend_name(loop):
         pytest.skip("Loop(backend=...) is rsloop's native loop only")
     with pytest.raises(ValueError, match="bogus"):
         type(loop)(backend="bogus")
+
+
+def test_refused_callback_is_released_at_once(loop):
+    # A scheduling call that raises keeps no reference to its arguments: the callback
+    # is freed when the caller drops it, not at some later call into the loop.
+    class Callback:
+        def __call__(self) -> None:
+            pass
+
+    callback = Callback()
+    ref = weakref.ref(callback)
+    with pytest.raises(TypeError):
+        loop.call_later(None, callback)
+    del callback
+    assert ref() is None

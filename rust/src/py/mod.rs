@@ -16,8 +16,7 @@ use pyo3::prelude::*;
 /// Adds the Python-visible classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loop_::Loop>()?;
-    let loop_type = m.py().get_type::<loop_::Loop>();
-    scheduling::install_all(&loop_type)?;
+    scheduling::install_all(m.py())?;
     m.add_class::<crate::handles::Handle>()?;
     m.add_class::<crate::handles::TimerHandle>()?;
     #[cfg(unix)]

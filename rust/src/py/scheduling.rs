@@ -9,17 +9,17 @@ use std::ffi::CStr;
 use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::PyTuple;
 
 use super::loop_::Loop;
 use crate::sys::fastcall::{install, FastArgs, FastMethod};
 
 /// Installs the four methods on the native loop type.
-pub fn install_all(ty: &Bound<'_, PyType>) -> PyResult<()> {
-    install::<CallSoon>(ty)?;
-    install::<CallSoonThreadsafe>(ty)?;
-    install::<CallLater>(ty)?;
-    install::<CallAt>(ty)
+pub fn install_all(py: Python<'_>) -> PyResult<()> {
+    install::<CallSoon>(py)?;
+    install::<CallSoonThreadsafe>(py)?;
+    install::<CallLater>(py)?;
+    install::<CallAt>(py)
 }
 
 /// The arguments of `method(names..., *args, context=None)`, where `names` are
@@ -120,11 +120,6 @@ fn missing_arguments(method: &str, missing: &[String]) -> PyErr {
     PyTypeError::new_err(format!("Loop.{method}() missing {count}: {list}"))
 }
 
-#[inline(always)]
-fn native<'a, 'py>(slf: &'a Bound<'py, PyAny>) -> PyResult<&'a Loop> {
-    Ok(slf.cast::<Loop>()?.get())
-}
-
 /// `call_soon(callback, *args, context=None)`: the hottest of the four (every wake-up of
 /// a C Future or Task), so it reads its one shape by hand, without `parse`'s generality
 /// (measured: 50-70 instructions a call less on `future_pingpong` than through `parse`).
@@ -135,9 +130,16 @@ impl FastMethod for CallSoon {
     const DOC: &'static CStr = c"call_soon($self, callback, *args, context=None)\n--\n\n\
 Arrange for a callback to be called as soon as possible.";
 
-    fn call<'py>(slf: &Bound<'py, PyAny>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
+    type Class = Loop;
+
+    // On the thread running the loop, the call comes from inside
+    // `Loop._run_forever_native`, a PyO3 method, so PyO3 counts the thread as attached.
+    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
+        slf.get().on_loop_thread()
+    }
+
+    fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let lp = slf.cast::<Loop>()?;
         let mut callback = (a.nargs() > 0).then(|| a.value(0));
         let mut context = None;
         for k in 0..a.n_keywords() {
@@ -164,7 +166,7 @@ Arrange for a callback to be called as soon as possible.";
         let context = context
             .filter(|c| !c.is_none())
             .map(|c| c.to_owned().unbind());
-        let this = lp.get();
+        let this = slf.get();
         this.check_closed()?;
         let callback = callback.to_owned().unbind();
         let debug = this.core.debug();
@@ -186,10 +188,18 @@ impl FastMethod for CallSoonThreadsafe {
         c"call_soon_threadsafe($self, callback, *args, context=None)\n--\n\n\
 Like call_soon(), but safe to call from another thread.";
 
-    fn call<'py>(slf: &Bound<'py, PyAny>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
+    type Class = Loop;
+
+    // On the thread running the loop, the call comes from inside
+    // `Loop._run_forever_native`, a PyO3 method, so PyO3 counts the thread as attached.
+    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
+        slf.get().on_loop_thread()
+    }
+
+    fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         let p = parse(a, "call_soon_threadsafe", ["callback"])?;
         let [callback] = p.fixed;
-        native(slf)?
+        slf.get()
             .call_soon_threadsafe(slf.py(), callback.to_owned().unbind(), p.args, p.context)
             .map(|h| h.into_bound(slf.py()).into_any())
     }
@@ -203,10 +213,18 @@ impl FastMethod for CallLater {
     const DOC: &'static CStr = c"call_later($self, delay, callback, *args, context=None)\n--\n\n\
 Arrange for a callback to be called at a given time.";
 
-    fn call<'py>(slf: &Bound<'py, PyAny>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
+    type Class = Loop;
+
+    // On the thread running the loop, the call comes from inside
+    // `Loop._run_forever_native`, a PyO3 method, so PyO3 counts the thread as attached.
+    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
+        slf.get().on_loop_thread()
+    }
+
+    fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         let p = parse(a, "call_later", ["delay", "callback"])?;
         let [delay, callback] = p.fixed;
-        native(slf)?
+        slf.get()
             .call_later(
                 slf.py(),
                 &delay,
@@ -226,10 +244,18 @@ impl FastMethod for CallAt {
     const DOC: &'static CStr = c"call_at($self, when, callback, *args, context=None)\n--\n\n\
 Like call_later(), but uses an absolute time.";
 
-    fn call<'py>(slf: &Bound<'py, PyAny>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
+    type Class = Loop;
+
+    // On the thread running the loop, the call comes from inside
+    // `Loop._run_forever_native`, a PyO3 method, so PyO3 counts the thread as attached.
+    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
+        slf.get().on_loop_thread()
+    }
+
+    fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         let p = parse(a, "call_at", ["when", "callback"])?;
         let [when, callback] = p.fixed;
-        native(slf)?
+        slf.get()
             .call_at(
                 slf.py(),
                 &when,

@@ -14,7 +14,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pyo3::ffi;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple, PyType};
+use pyo3::types::{PyString, PyTuple};
+use pyo3::PyClass;
 
 /// The arguments of one call: positional ones, then keyword values named by `kwnames`.
 pub struct FastArgs<'a, 'py> {
@@ -72,14 +73,23 @@ impl<'a, 'py> FastArgs<'a, 'py> {
 
 /// A method whose arguments are read from [`FastArgs`].
 pub trait FastMethod {
+    /// The class the method is installed on; `self` is an instance of it.
+    type Class: PyClass;
     /// The attribute name (and `__name__`).
     const NAME: &'static CStr;
     /// The docstring, starting with CPython's `name($self, ...)\n--\n\n` text signature
     /// so `inspect.signature` sees the parameters.
     const DOC: &'static CStr;
+    /// Whether PyO3 already counts this thread as attached (the caller runs inside one of
+    /// PyO3's own methods), so the call can skip raising that count; `false` is always
+    /// correct, only slower.
+    fn pyo3_attached(slf: &Bound<'_, Self::Class>) -> bool;
     /// The call itself, on `slf` (an instance of the type the method was installed on,
     /// checked by the descriptor).
-    fn call<'py>(slf: &Bound<'py, PyAny>, args: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>>;
+    fn call<'py>(
+        slf: &Bound<'py, Self::Class>,
+        args: &FastArgs<'_, 'py>,
+    ) -> PyResult<Bound<'py, PyAny>>;
 }
 
 // The METH_FASTCALL | METH_KEYWORDS entry point for `M`.
@@ -91,6 +101,35 @@ unsafe extern "C" fn trampoline<M: FastMethod>(
 ) -> *mut ffi::PyObject {
     // SAFETY: CPython calls a method's C function with the GIL held.
     let py = unsafe { Python::assume_attached() };
+    // SAFETY: `slf` is a live instance of `M::Class`, borrowed for the call: the method
+    // descriptor, made for that class by `install`, checked its type before calling us.
+    let this = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<M::Class>() };
+    if M::pyo3_attached(&this) {
+        // SAFETY: the arguments are CPython's, as received.
+        unsafe { run::<M>(py, slf, args, nargs, kwnames) }
+    } else {
+        // PyO3 counts a thread as attached (a thread-local) while one of its own methods
+        // runs, and queues the Python objects dropped by a thread it does not count for
+        // its next call instead of releasing them. `attach` raises that count here, as
+        // PyO3's generated methods do, for callers outside any PyO3 call.
+        // SAFETY: the arguments are CPython's, as received.
+        Python::attach(|py| unsafe { run::<M>(py, slf, args, nargs, kwnames) })
+    }
+}
+
+// The call itself, with panics caught.
+//
+// # Safety
+// The arguments must be those CPython passed to the METH_FASTCALL | METH_KEYWORDS method,
+// during that call, with the GIL held.
+#[inline(always)]
+unsafe fn run<M: FastMethod>(
+    py: Python<'_>,
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
     // SAFETY: for METH_FASTCALL | METH_KEYWORDS, `kwnames` is NULL or a tuple of names,
     // borrowed for the call.
     let kwnames = unsafe { Borrowed::from_ptr_or_opt(py, kwnames) }
@@ -107,9 +146,9 @@ unsafe extern "C" fn trampoline<M: FastMethod>(
         // valid for the call.
         unsafe { std::slice::from_raw_parts(args, total) }
     };
-    // SAFETY: `slf` is a live instance, borrowed for the call (the method descriptor
-    // checked its type before calling us).
-    let slf = unsafe { Borrowed::from_ptr(py, slf) };
+    // SAFETY: `slf` is a live instance of `M::Class`, borrowed for the call (see
+    // `trampoline`).
+    let slf = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<M::Class>() };
     let args = FastArgs {
         py,
         values,
@@ -133,9 +172,9 @@ unsafe extern "C" fn trampoline<M: FastMethod>(
     std::ptr::null_mut()
 }
 
-/// Installs `M` on `ty` as a method, replacing an attribute of that name.
-pub fn install<M: FastMethod>(ty: &Bound<'_, PyType>) -> PyResult<()> {
-    let py = ty.py();
+/// Installs `M` on its class as a method, replacing an attribute of that name.
+pub fn install<M: FastMethod>(py: Python<'_>) -> PyResult<()> {
+    let ty = py.get_type::<M::Class>();
     // Leaked on purpose: a method's definition must outlive every descriptor and bound
     // method made from it, and each method is installed once per process.
     let def: &'static mut ffi::PyMethodDef = Box::leak(Box::new(ffi::PyMethodDef {
