@@ -82,6 +82,10 @@ def tests(session: nox.Session) -> None:
     multishot = {"RSLOOP_URING_RECV": "multishot", "RSLOOP_TEST_BACKENDS": "uring"}
     _pytest(session, *transports, "tests/test_servers.py", "tests/test_lifetimes.py", env=multishot)
     _pytest(session, *transports, env={"RSLOOP_URING_SEND": "0", "RSLOOP_TEST_BACKENDS": "uring"})
+    # The stream tests with rsloop's fast streams off, and with asyncio's classes rebound.
+    streams = ["tests/test_streams.py", "tests/test_fast_streams.py"]
+    _pytest(session, *streams, env={"RSLOOP_FAST_STREAMS": "0"})
+    _pytest(session, *streams, env={"RSLOOP_FAST_STREAMS": "1"})
 
 
 def _pytest(session: nox.Session, *args: str, env: dict | None = None) -> None:

@@ -11,7 +11,8 @@ directly. ``StreamWriter.drain()`` finishes natively when nothing has to wait.
 ``rsloop.open_connection`` / ``start_server`` / ``open_unix_connection`` /
 ``start_unix_server`` (asyncio's signatures) hand these out on rsloop's native loops and
 are asyncio's own functions on any other loop. By default asyncio's four functions are
-replaced by these when the first native loop is made (``install``), so code calling
+replaced by these when ``rsloop._loop`` is first imported, which making a native loop (or
+touching ``rsloop.Loop``) does (``install``), so code calling
 ``asyncio.open_connection`` gets them on rsloop's loops and nothing changes on other
 loops. ``RSLOOP_FAST_STREAMS=1`` also rebinds ``asyncio.streams.StreamReader`` and
 ``StreamWriter`` (for code that builds asyncio's classes itself);
@@ -27,13 +28,15 @@ import os
 import socket
 from typing import Any
 
+from ._rsloop import Loop as _NativeLoop
 from ._rsloop import StreamOp as _StreamOp
 from ._rsloop import StreamReaderCore as _StreamReaderCore
 
 _DEFAULT_LIMIT = 2**16
 _ASYNCIO_READER = asyncio.streams.StreamReader
 _ASYNCIO_WRITER = asyncio.streams.StreamWriter
-# asyncio's stream functions as they were before ``install`` replaced them.
+# asyncio's stream functions as this module found them: what rsloop's functions call on
+# loops that are not rsloop's (another library's wrapper, if one was installed first).
 _ASYNCIO_FUNCTIONS = {
     name: getattr(asyncio.streams, name)
     for name in ("open_connection", "start_server", "open_unix_connection", "start_unix_server")
@@ -74,14 +77,16 @@ _StreamReaderCore._register(StreamReader, _ASYNCIO_WRITER.drain)
 def install() -> None:
     """Puts this module's stream functions in asyncio's place (unless
     ``RSLOOP_FAST_STREAMS=0``), and with ``=1`` rebinds asyncio's reader and writer
-    classes too. Called when a native loop is made; a name someone else already replaced
-    is left alone."""
+    classes too. Called when ``rsloop._loop`` is imported; a name that is not asyncio's
+    own function (another library replaced it) is left alone."""
     if not enabled():
         return
-    for name, original in _ASYNCIO_FUNCTIONS.items():
+    for name, found in _ASYNCIO_FUNCTIONS.items():
+        if getattr(found, "__module__", None) != "asyncio.streams":
+            continue  # someone else's wrapper: theirs stays, and wraps asyncio's own
         ours = globals()[name]
         for module in (asyncio.streams, asyncio):
-            if getattr(module, name, None) is original:
+            if getattr(module, name, None) is found:
                 setattr(module, name, ours)
     if rebind_classes():
         asyncio.streams.StreamReader = StreamReader  # type: ignore[misc]
@@ -89,7 +94,7 @@ def install() -> None:
 
 
 def _native(loop: Any) -> bool:
-    return enabled() and getattr(loop, "backend", "asyncio") != "asyncio"
+    return enabled() and isinstance(loop, _NativeLoop)
 
 
 async def open_connection(

@@ -178,24 +178,77 @@ def test_waiting_read_wakes_on_feed_and_a_second_reader_is_refused():
     rsloop.run(main())
 
 
+NAMES = ("open_connection", "start_server", "open_unix_connection", "start_unix_server")
+
+
+def _reset_to(monkeypatch, functions) -> None:
+    # Every name install() may touch, restored by monkeypatch after the test.
+    for name, function in functions.items():
+        monkeypatch.setattr(asyncio, name, function)
+        monkeypatch.setattr(asyncio.streams, name, function)
+
+
 def test_install_replaces_asyncios_functions_but_not_someone_elses(monkeypatch):
     from rsloop import _streams
 
+    originals = dict(_streams._ASYNCIO_FUNCTIONS)
+    assert all(f.__module__ == "asyncio.streams" for f in originals.values())
     monkeypatch.delenv("RSLOOP_FAST_STREAMS", raising=False)
-    original = _streams._ASYNCIO_FUNCTIONS["open_connection"]
-    monkeypatch.setattr(asyncio, "open_connection", original)
-    monkeypatch.setattr(asyncio.streams, "open_connection", original)
 
-    async def theirs(*args, **kwargs):  # another library's wrapper
+    # RSLOOP_FAST_STREAMS=0: nothing is replaced.
+    _reset_to(monkeypatch, originals)
+    monkeypatch.setenv("RSLOOP_FAST_STREAMS", "0")
+    _streams.install()
+    for name in originals:
+        assert getattr(asyncio, name) is originals[name]
+        assert getattr(asyncio.streams, name) is originals[name]
+
+    # By default every asyncio function is replaced, in both modules...
+    monkeypatch.delenv("RSLOOP_FAST_STREAMS")
+    _streams.install()
+    for name in originals:
+        assert getattr(asyncio, name) is getattr(rsloop, name)
+        assert getattr(asyncio.streams, name) is getattr(rsloop, name)
+
+    # ...but not a wrapper another library installed before rsloop was imported: that
+    # one stays, and is what rsloop's function calls on other loops.
+    async def theirs(*args, **kwargs):
         raise AssertionError("not called")
 
+    _reset_to(monkeypatch, originals)
     monkeypatch.setattr(asyncio, "start_server", theirs)
+    monkeypatch.setattr(asyncio.streams, "start_server", theirs)
+    monkeypatch.setitem(_streams._ASYNCIO_FUNCTIONS, "start_server", theirs)
     _streams.install()
-    assert asyncio.open_connection is rsloop.open_connection
-    assert asyncio.streams.open_connection is rsloop.open_connection
     assert asyncio.start_server is theirs
+    assert asyncio.streams.start_server is theirs
+    assert asyncio.open_connection is rsloop.open_connection
 
-    monkeypatch.setenv("RSLOOP_FAST_STREAMS", "0")
-    monkeypatch.setattr(asyncio, "open_connection", original)
-    _streams.install()
-    assert asyncio.open_connection is original
+
+def test_stream_functions_on_other_loops_are_asyncios(monkeypatch):
+    # A loop that is not rsloop's native loop, even one with a `backend` attribute, gets
+    # asyncio's reader and writer (or what RSLOOP_FAST_STREAMS=1 rebound their names to).
+    class Other(asyncio.SelectorEventLoop):
+        backend = "uring"
+
+    async def main():
+        async def handler(reader, writer):
+            writer.write(await reader.readline())
+            await writer.drain()
+            writer.close()
+
+        server = await rsloop.start_server(handler, "127.0.0.1", 0)
+        reader, writer = await rsloop.open_connection(*server.sockets[0].getsockname())
+        writer.write(b"ping\n")
+        line = await reader.readline()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return type(reader), line
+
+    loop = Other()
+    try:
+        kind, line = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert (kind, line) == (asyncio.streams.StreamReader, b"ping\n")

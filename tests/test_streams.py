@@ -71,9 +71,14 @@ def fast(loop) -> bool:
         return False
     from rsloop import _streams
 
+    if not _streams.enabled():
+        return False
     if API is asyncio:
-        return _streams.enabled() and asyncio.open_connection is rsloop.open_connection
-    return API is rsloop and _streams.enabled()
+        # Making this native loop imported rsloop._loop, which must have installed them.
+        assert asyncio.open_connection is rsloop.open_connection
+        assert asyncio.streams.start_server is rsloop.start_server
+        return True
+    return API is rsloop
 
 
 async def scripted_server(loop, chunks, path=None, **kwargs):
