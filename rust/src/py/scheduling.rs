@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use super::loop_::Loop;
+use crate::handles::TimerHandle;
 use crate::sys::fastcall::{install, FastArgs, FastMethod};
 
 /// Installs the four methods on the native loop type.
@@ -120,6 +121,45 @@ fn missing_arguments(method: &str, missing: &[String]) -> PyErr {
     PyTypeError::new_err(format!("Loop.{method}() missing {count}: {list}"))
 }
 
+// On the thread running the loop, a call comes from inside `Loop._run_forever_native`, a
+// PyO3 method, so PyO3 counts the thread as attached.
+#[inline(always)]
+fn inside_run(slf: &Bound<'_, Loop>) -> bool {
+    slf.get().on_loop_thread()
+}
+
+/// `Loop::call_later` or `Loop::call_at`: a time, then the callback and its arguments.
+type TimerMethod = for<'py> fn(
+    &Loop,
+    Python<'py>,
+    &Bound<'py, PyAny>,
+    Py<PyAny>,
+    Py<PyTuple>,
+    Option<Py<PyAny>>,
+) -> PyResult<Py<TimerHandle>>;
+
+#[inline(always)]
+fn schedule_timer<'py>(
+    slf: &Bound<'py, Loop>,
+    a: &FastArgs<'_, 'py>,
+    method: &str,
+    time_name: &str,
+    schedule: TimerMethod,
+) -> PyResult<Bound<'py, PyAny>> {
+    let p = parse(a, method, [time_name, "callback"])?;
+    let [time, callback] = p.fixed;
+    let py = slf.py();
+    schedule(
+        slf.get(),
+        py,
+        &time,
+        callback.to_owned().unbind(),
+        p.args,
+        p.context,
+    )
+    .map(|h| h.into_bound(py).into_any())
+}
+
 /// `call_soon(callback, *args, context=None)`: the hottest of the four (every wake-up of
 /// a C Future or Task), so it reads its one shape by hand, without `parse`'s generality
 /// (measured: 50-70 instructions a call less on `future_pingpong` than through `parse`).
@@ -132,10 +172,8 @@ Arrange for a callback to be called as soon as possible.";
 
     type Class = Loop;
 
-    // On the thread running the loop, the call comes from inside
-    // `Loop._run_forever_native`, a PyO3 method, so PyO3 counts the thread as attached.
     fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        slf.get().on_loop_thread()
+        inside_run(slf)
     }
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -190,10 +228,8 @@ Like call_soon(), but safe to call from another thread.";
 
     type Class = Loop;
 
-    // On the thread running the loop, the call comes from inside
-    // `Loop._run_forever_native`, a PyO3 method, so PyO3 counts the thread as attached.
     fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        slf.get().on_loop_thread()
+        inside_run(slf)
     }
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -215,24 +251,12 @@ Arrange for a callback to be called at a given time.";
 
     type Class = Loop;
 
-    // On the thread running the loop, the call comes from inside
-    // `Loop._run_forever_native`, a PyO3 method, so PyO3 counts the thread as attached.
     fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        slf.get().on_loop_thread()
+        inside_run(slf)
     }
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
-        let p = parse(a, "call_later", ["delay", "callback"])?;
-        let [delay, callback] = p.fixed;
-        slf.get()
-            .call_later(
-                slf.py(),
-                &delay,
-                callback.to_owned().unbind(),
-                p.args,
-                p.context,
-            )
-            .map(|h| h.into_bound(slf.py()).into_any())
+        schedule_timer(slf, a, "call_later", "delay", Loop::call_later)
     }
 }
 
@@ -246,23 +270,11 @@ Like call_later(), but uses an absolute time.";
 
     type Class = Loop;
 
-    // On the thread running the loop, the call comes from inside
-    // `Loop._run_forever_native`, a PyO3 method, so PyO3 counts the thread as attached.
     fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        slf.get().on_loop_thread()
+        inside_run(slf)
     }
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
-        let p = parse(a, "call_at", ["when", "callback"])?;
-        let [when, callback] = p.fixed;
-        slf.get()
-            .call_at(
-                slf.py(),
-                &when,
-                callback.to_owned().unbind(),
-                p.args,
-                p.context,
-            )
-            .map(|h| h.into_bound(slf.py()).into_any())
+        schedule_timer(slf, a, "call_at", "when", Loop::call_at)
     }
 }
