@@ -421,6 +421,24 @@ impl Loop {
 // The scheduling methods' bodies; Python reaches them through `py/scheduling.rs`, which
 // reads their arguments.
 impl Loop {
+    #[inline(always)]
+    pub(super) fn call_soon(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Py<PyTuple>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<Py<Handle>> {
+        self.check_closed()?;
+        let debug = self.core.debug();
+        if debug {
+            self.debug_checks(py, &callback, "call_soon")?;
+        }
+        let handle = self.make_handle(py, callback, args, context, debug)?;
+        self.core.push_ready(py, handle.clone_ref(py));
+        Ok(handle)
+    }
+
     pub(super) fn call_soon_threadsafe(
         &self,
         py: Python<'_>,
@@ -437,8 +455,7 @@ impl Loop {
             )?;
         }
         let handle = self.make_handle(py, callback, args, context, debug)?;
-        let owner = self.core.thread_id.load(Ordering::Relaxed);
-        if owner != 0 && owner == thread_ident() {
+        if self.on_loop_thread() {
             self.core.push_ready(py, handle.clone_ref(py));
         } else {
             self.core.push_ready_threadsafe(py, handle.clone_ref(py));
