@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 import weakref
 
 import pytest
@@ -88,6 +89,61 @@ def test_scheduling_bad_arguments_raise_type_error_like_asyncio(loop, call, mess
     loop.call_soon(out.append, "after")
     run_once(loop)
     assert out == ["after"]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda lp, c: lp.create_task(),
+            r"create_task\(\) missing 1 required positional argument: 'coro'",
+        ),
+        (
+            lambda lp, c: lp.create_task(c, c),
+            r"create_task\(\) takes \d positional arguments? but \d were given",
+        ),
+        (
+            lambda lp, c: lp.create_task(c, coro=c),
+            r"create_task\(\) got multiple values for argument 'coro'",
+        ),
+        (lambda lp, c: lp.create_task(c, foo=1), r"unexpected keyword argument 'foo'"),
+    ],
+)
+def test_create_task_bad_arguments_raise_type_error_like_asyncio(loop, call, message):
+    async def coro():
+        pass
+
+    c = coro()
+    with pytest.raises(TypeError, match=message):
+        call(loop, c)
+    c.close()
+    out = []
+    loop.call_soon(out.append, "after")
+    run_once(loop)
+    assert out == ["after"]
+
+
+def test_create_task_takes_coro_name_and_context_by_keyword(loop):
+    var = contextvars.ContextVar("var", default="outside")
+    ctx = contextvars.copy_context()
+    ctx.run(var.set, "inside")
+
+    async def report():
+        return asyncio.current_task().get_name(), var.get()
+
+    tasks = [
+        loop.create_task(coro=report(), name="by-keyword"),
+        loop.create_task(report(), name=None),
+    ]
+    if sys.version_info >= (3, 11):
+        tasks.append(loop.create_task(report(), name="both", context=ctx))
+        tasks.append(loop.create_task(report(), context=None))
+    done = loop.run_until_complete(asyncio.gather(*tasks))
+    assert done[0] == ("by-keyword", "outside")
+    assert done[1][0].startswith("Task-") and done[1][1] == "outside"
+    if sys.version_info >= (3, 11):
+        assert done[2] == ("both", "inside")
+        assert done[3][1] == "outside"
 
 
 def test_scheduling_methods_take_callback_and_context_by_keyword(loop):

@@ -157,47 +157,6 @@ impl Loop {
         new_future(slf)
     }
 
-    /// Schedules a coroutine as an `asyncio.Task`; the common case (no task factory, no
-    /// debug mode, no extra keywords) is native, the rest is `_create_task_slow`.
-    #[pyo3(signature = (coro, *, name = None, context = None, **kwargs))]
-    fn create_task<'py>(
-        slf: &Bound<'py, Self>,
-        coro: &Bound<'py, PyAny>,
-        name: Option<&Bound<'py, PyAny>>,
-        context: Option<&Bound<'py, PyAny>>,
-        kwargs: Option<&Bound<'py, PyDict>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let this = slf.get();
-        this.check_closed()?;
-        let name = name.filter(|n| !n.is_none());
-        let context = context.filter(|c| !c.is_none());
-        let has_kwargs = kwargs.is_some_and(|k| !k.is_empty());
-        let has_factory = this.task_factory.with(py, |f| f.is_some());
-        let context_unsupported = context.is_some() && !cfg!(Py_3_11);
-        if has_kwargs || has_factory || this.core.debug() || context_unsupported {
-            let kwargs = match kwargs {
-                Some(k) => k.clone(),
-                None => PyDict::new(py),
-            };
-            return slf.call_method1(
-                intern!(py, "_create_task_slow"),
-                (coro, name, context, kwargs),
-            );
-        }
-        let t = asyncio_types(py)?;
-        let task = t.task.bind(py);
-        let me = slf.as_any();
-        match (name, context) {
-            (None, None) => call_on_loop(slf, task, &[coro]),
-            (Some(n), None) => call_kw(task, &[coro], t.kw_loop_name.bind(py), &[me, n]),
-            (None, Some(c)) => call_kw(task, &[coro], t.kw_loop_context.bind(py), &[me, c]),
-            (Some(n), Some(c)) => {
-                call_kw(task, &[coro], t.kw_loop_name_context.bind(py), &[me, n, c])
-            }
-        }
-    }
-
     fn set_task_factory(&self, py: Python<'_>, factory: Option<Py<PyAny>>) -> PyResult<()> {
         let factory = factory.filter(|f| !f.is_none(py));
         if let Some(f) = &factory {
@@ -421,6 +380,47 @@ impl Loop {
 // The scheduling methods' bodies; Python reaches them through `py/scheduling.rs`, which
 // reads their arguments.
 impl Loop {
+    /// Schedules a coroutine as an `asyncio.Task`; the common case (no task factory, no
+    /// debug mode, no extra keywords) is native, the rest is `_create_task_slow`. Python
+    /// reaches it through `py/scheduling.rs`, which reads its arguments.
+    pub(super) fn create_task<'py>(
+        slf: &Bound<'py, Self>,
+        coro: &Bound<'py, PyAny>,
+        name: Option<&Bound<'py, PyAny>>,
+        context: Option<&Bound<'py, PyAny>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        this.check_closed()?;
+        let name = name.filter(|n| !n.is_none());
+        let context = context.filter(|c| !c.is_none());
+        let has_kwargs = kwargs.is_some_and(|k| !k.is_empty());
+        let has_factory = this.task_factory.with(py, |f| f.is_some());
+        let context_unsupported = context.is_some() && !cfg!(Py_3_11);
+        if has_kwargs || has_factory || this.core.debug() || context_unsupported {
+            let kwargs = match kwargs {
+                Some(k) => k.clone(),
+                None => PyDict::new(py),
+            };
+            return slf.call_method1(
+                intern!(py, "_create_task_slow"),
+                (coro, name, context, kwargs),
+            );
+        }
+        let t = asyncio_types(py)?;
+        let task = t.task.bind(py);
+        let me = slf.as_any();
+        match (name, context) {
+            (None, None) => call_on_loop(slf, task, &[coro]),
+            (Some(n), None) => call_kw(task, &[coro], t.kw_loop_name.bind(py), &[me, n]),
+            (None, Some(c)) => call_kw(task, &[coro], t.kw_loop_context.bind(py), &[me, c]),
+            (Some(n), Some(c)) => {
+                call_kw(task, &[coro], t.kw_loop_name_context.bind(py), &[me, n, c])
+            }
+        }
+    }
+
     #[inline(always)]
     pub(super) fn call_soon(
         &self,

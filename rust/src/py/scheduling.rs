@@ -1,6 +1,7 @@
-//! `call_soon`, `call_soon_threadsafe`, `call_later` and `call_at` as Python sees them:
-//! methods installed by `sys::fastcall`, which read `(..., callback, *args, context=None)`
-//! from the vectorcall arguments (see there for why not PyO3's parsing).
+//! `call_soon`, `call_soon_threadsafe`, `call_later`, `call_at` and `create_task` as
+//! Python sees them: methods installed by `sys::fastcall`, which read
+//! `(..., callback, *args, context=None)` and `(coro, *, name=None, context=None,
+//! **kwargs)` from the vectorcall arguments (see there for why not PyO3's parsing).
 //! Owns: argument shapes and their `TypeError`s (PyO3's wording). Not: what the methods
 //! do (`Loop::call_soon` & co. in `py/loop_.rs`).
 
@@ -9,18 +10,19 @@ use std::ffi::CStr;
 use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use super::loop_::Loop;
 use crate::handles::TimerHandle;
 use crate::sys::fastcall::{install, FastArgs, FastMethod};
 
-/// Installs the four methods on the native loop type.
+/// Installs the five methods on the native loop type.
 pub fn install_all(py: Python<'_>) -> PyResult<()> {
     install::<CallSoon>(py)?;
     install::<CallSoonThreadsafe>(py)?;
     install::<CallLater>(py)?;
-    install::<CallAt>(py)
+    install::<CallAt>(py)?;
+    install::<CreateTask>(py)
 }
 
 /// The arguments of `method(names..., *args, context=None)`, where `names` are
@@ -244,4 +246,73 @@ Like call_later(), but uses an absolute time.";
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         schedule_timer(slf, a, "call_at", "when", Loop::call_at)
     }
+}
+
+/// `create_task(coro, *, name=None, context=None, **kwargs)`.
+pub struct CreateTask;
+
+impl FastMethod for CreateTask {
+    const NAME: &'static CStr = c"create_task";
+    const DOC: &'static CStr =
+        c"create_task($self, coro, *, name=None, context=None, **kwargs)\n--\n\n\
+Schedule a coroutine object.";
+
+    type Class = Loop;
+
+    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
+        inside_run(slf)
+    }
+
+    fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
+        if a.nargs() == 1 && a.n_keywords() == 0 {
+            return Loop::create_task(slf, &a.value(0), None, None, None);
+        }
+        create_task_keywords(slf, a)
+    }
+}
+
+// `create_task` called with keywords (`asyncio.TaskGroup` passes `name=` and `context=`)
+// or with the wrong shape.
+fn create_task_keywords<'py>(
+    slf: &Bound<'py, Loop>,
+    a: &FastArgs<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if a.nargs() > 1 {
+        return Err(PyTypeError::new_err(format!(
+            "Loop.create_task() takes 1 positional arguments but {} were given",
+            a.nargs()
+        )));
+    }
+    let mut coro = (a.nargs() == 1).then(|| a.value(0));
+    let (mut name, mut context) = (None, None);
+    let mut kwargs: Option<Bound<'py, PyDict>> = None;
+    for k in 0..a.n_keywords() {
+        let key = a.keyword(k)?;
+        let value = a.value(a.nargs() + k);
+        if key == "name" {
+            name = Some(value);
+        } else if key == "context" {
+            context = Some(value);
+        } else if key == "coro" {
+            if coro.replace(value).is_some() {
+                return Err(PyTypeError::new_err(
+                    "Loop.create_task() got multiple values for argument 'coro'",
+                ));
+            }
+        } else {
+            kwargs
+                .get_or_insert_with(|| PyDict::new(a.py()))
+                .set_item(key, value)?;
+        }
+    }
+    let Some(coro) = coro else {
+        return Err(missing_arguments("create_task", &["'coro'".to_string()]));
+    };
+    Loop::create_task(
+        slf,
+        &coro,
+        name.as_deref(),
+        context.as_deref(),
+        kwargs.as_ref(),
+    )
 }
