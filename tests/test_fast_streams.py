@@ -154,6 +154,43 @@ def test_read_of_one_received_chunk_is_that_object():
         loop.close()
 
 
+STEPS = {
+    "send": lambda it: it.send(None),
+    "next": next,  # the type's own tp_iternext, the path of every await
+    "__next__": lambda it: it.__next__(),
+}
+
+
+@pytest.mark.parametrize("step", STEPS.values(), ids=STEPS.keys())
+def test_every_way_of_stepping_an_op_returns_or_yields_the_same(step):
+    loop = asyncio.new_event_loop()
+    try:
+        reader = rsloop.StreamReader(loop=loop)
+        reader.feed_data(b"ab\ncd")
+        with pytest.raises(StopIteration) as stop:
+            step(reader.readline().__await__())
+        assert stop.value.value == b"ab\n"
+        with pytest.raises(StopIteration) as stop:
+            step(reader.read(0).__await__())
+        assert stop.value.value == b""
+        waiting = reader.readexactly(5).__await__()
+        assert step(waiting) is reader._waiter
+        waiting.close()
+        with pytest.raises(RuntimeError, match="already awaited"):
+            step(waiting)
+
+        class Writer:  # what drain() reads of an open, unpaused stream
+            _reader = None
+            _transport = type("T", (), {"is_closing": lambda self: False})()
+            _protocol = type("P", (), {"_connection_lost": False, "_paused": False})()
+
+        with pytest.raises(StopIteration) as stop:
+            step(rsloop._rsloop.StreamOp.drain(Writer()))
+        assert stop.value.value is None
+    finally:
+        loop.close()
+
+
 def test_waiting_read_wakes_on_feed_and_a_second_reader_is_refused():
     async def main():
         loop = asyncio.get_running_loop()

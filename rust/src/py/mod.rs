@@ -25,6 +25,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<crate::transports::datagram::DatagramCore>()?;
     #[cfg(unix)]
     m.add_class::<streams::StreamOp>()?;
+    crate::sys::iternext::install::<streams::StreamOpNext>(m.py());
     #[cfg(unix)]
     m.add_class::<streams::StreamReaderCore>()?;
     m.add_function(wrap_pyfunction!(set_malloc_thresholds, m)?)?;

@@ -53,5 +53,6 @@ pub fn close_raw(_fd: crate::driver::op::RawFd) {}
 pub mod clock;
 pub mod fastcall;
 pub mod gil;
+pub mod iternext;
 pub mod malloc;
 pub mod python;

@@ -20,7 +20,7 @@
 mod op;
 mod reader;
 
-pub use op::StreamOp;
+pub use op::{StreamOp, StreamOpNext};
 pub use reader::{feed_from_protocol, StreamReaderCore};
 
 use pyo3::prelude::*;

@@ -11,6 +11,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 use crate::sys::buffer::{bytearray_find, bytearray_starts_with, take_front};
+use crate::sys::iternext::{IterNext, Next};
 
 use super::reader::{
     buffer, buffer_empty_not_eof, buffer_len, check_exception, eof, limit, maybe_resume_transport,
@@ -89,13 +90,9 @@ impl StreamOp {
         }
     }
 
-    /// One step: `Ok(Some(future))` yields, `Ok(None)` returns `None`, a `StopIteration`
-    /// error returns its value.
-    fn step(
-        &mut self,
-        py: Python<'_>,
-        value: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Py<PyAny>>> {
+    /// One step: yield a future or return a value (a delegated coroutine's return still
+    /// arrives as a `StopIteration` error).
+    fn step(&mut self, py: Python<'_>, value: Option<&Bound<'_, PyAny>>) -> PyResult<Next> {
         if self.done {
             return Err(PyRuntimeError::new_err(
                 "cannot reuse already awaited coroutine",
@@ -112,7 +109,7 @@ impl StreamOp {
                 }
             }
         };
-        if !matches!(res, Ok(Some(_))) {
+        if !matches!(res, Ok(Next::Yield(_))) {
             self.finish(py);
         }
         res
@@ -129,7 +126,7 @@ impl StreamOp {
         }
     }
 
-    fn advance(&mut self, reader: &Reader<'_>) -> PyResult<Option<Py<PyAny>>> {
+    fn advance(&mut self, reader: &Reader<'_>) -> PyResult<Next> {
         let py = reader.py();
         // Back from a wait: `await self._waiter` returns (or raises) the waiter's result.
         if let Some(w) = self.waiter.take() {
@@ -246,7 +243,7 @@ impl StreamOp {
     }
 
     /// `read(-1)`: the next `read(limit)`, from its start, until one returns `b""`.
-    fn next_block(&mut self, reader: &Reader<'_>) -> PyResult<Option<Py<PyAny>>> {
+    fn next_block(&mut self, reader: &Reader<'_>) -> PyResult<Next> {
         let py = reader.py();
         loop {
             check_exception(reader)?;
@@ -280,7 +277,7 @@ impl StreamOp {
     }
 
     /// `_wait_for_data(func_name)` up to its `await`.
-    fn wait(&mut self, reader: &Reader<'_>, func_name: &str) -> PyResult<Option<Py<PyAny>>> {
+    fn wait(&mut self, reader: &Reader<'_>, func_name: &str) -> PyResult<Next> {
         let py = reader.py();
         let (busy, at_eof, resume, loop_) = reader.get().with(py, |s| {
             let resume = (s.paused && s.waiter.is_none() && !s.eof).then(|| {
@@ -307,13 +304,13 @@ impl StreamOp {
         // What `Future.__await__` sets before yielding itself to the task.
         fut.setattr(py, intern!(py, "_asyncio_future_blocking"), true)?;
         self.waiter = Some(fut.clone_ref(py));
-        Ok(Some(fut))
+        Ok(Next::Yield(fut))
     }
 
     /// `StreamWriter.drain()`: done at once when the reader has no exception, the
     /// transport is open and the protocol neither lost nor paused; else asyncio's own
     /// coroutine runs (`sleep(0)` on a closing transport, the drain waiter).
-    fn drain_step(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+    fn drain_step(&mut self, py: Python<'_>) -> PyResult<Next> {
         let writer = self.target.bind(py).clone();
         let reader = writer.getattr(intern!(py, "_reader"))?;
         if !reader.is_none() {
@@ -338,7 +335,7 @@ impl StreamOp {
                     return Err(PyConnectionResetError::new_err("Connection lost"));
                 }
                 if !paused.is_truthy()? {
-                    return Ok(None);
+                    return Ok(Next::Return(None));
                 }
             }
         }
@@ -353,9 +350,9 @@ impl StreamOp {
     }
 }
 
-/// `Ok(None)` (return `None`) or `Err(StopIteration(value))`.
-fn done(value: Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
-    Err(PyStopIteration::new_err((value.unbind(),)))
+/// Return `value` from the op.
+fn done(value: Bound<'_, PyAny>) -> PyResult<Next> {
+    Ok(Next::Return(Some(value.unbind())))
 }
 
 /// One step of a delegated coroutine.
@@ -363,11 +360,32 @@ fn forward(
     py: Python<'_>,
     inner: &Bound<'_, PyAny>,
     value: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<Py<PyAny>>> {
+) -> PyResult<Next> {
     let value = value.cloned().unwrap_or_else(|| py.None().into_bound(py));
     inner
         .call_method1(intern!(py, "send"), (value,))
-        .map(|v| Some(v.unbind()))
+        .map(|v| Next::Yield(v.unbind()))
+}
+
+/// A step's outcome as a Python method returns it: the yielded object, or
+/// `StopIteration(value)`.
+fn as_method_result(next: PyResult<Next>) -> PyResult<Py<PyAny>> {
+    match next? {
+        Next::Yield(obj) => Ok(obj),
+        Next::Return(None) => Err(PyStopIteration::new_err(())),
+        Next::Return(Some(value)) => Err(PyStopIteration::new_err((value,))),
+    }
+}
+
+/// `next(op)`, the path of every `await` (see `sys::iternext`).
+pub struct StreamOpNext;
+
+impl IterNext for StreamOpNext {
+    type Class = StreamOp;
+
+    fn next(slf: &Bound<'_, StreamOp>) -> PyResult<Next> {
+        slf.try_borrow_mut()?.step(slf.py(), None)
+    }
 }
 
 /// `readuntil`'s separators with their lengths, shortest first, checked as asyncio
@@ -470,12 +488,13 @@ impl StreamOp {
         slf
     }
 
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        self.step(py, None)
+    /// Replaced as the type's `tp_iternext` by `StreamOpNext`; kept as the method.
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        as_method_result(self.step(py, None))
     }
 
-    fn send(&mut self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
-        self.step(py, Some(value))
+    fn send(&mut self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        as_method_result(self.step(py, Some(value)))
     }
 
     /// Raises `typ` (or `typ(val)`) where the op waits, as a coroutine would.
@@ -486,7 +505,7 @@ impl StreamOp {
         typ: &Bound<'_, PyAny>,
         val: Option<&Bound<'_, PyAny>>,
         tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Py<PyAny>>> {
+    ) -> PyResult<Py<PyAny>> {
         if let Some(inner) = self.inner.as_ref().map(|i| i.clone_ref(py)) {
             // With the caller's arity: the three-argument form warns from 3.12 on.
             let inner = inner.bind(py);
@@ -494,8 +513,8 @@ impl StreamOp {
                 (None, None) => inner.call_method1(intern!(py, "throw"), (typ,)),
                 _ => inner.call_method1(intern!(py, "throw"), (typ, val, tb)),
             }
-            .map(|v| Some(v.unbind()));
-            if !matches!(res, Ok(Some(_))) {
+            .map(|v| v.unbind());
+            if res.is_err() {
                 self.finish(py);
             }
             return res;
