@@ -29,7 +29,6 @@ import socket
 from typing import Any
 
 from ._rsloop import Loop as _NativeLoop
-from ._rsloop import StreamOp as _StreamOp
 from ._rsloop import StreamReaderCore as _StreamReaderCore
 
 _DEFAULT_LIMIT = 2**16
@@ -63,15 +62,15 @@ class StreamReader(_StreamReaderCore, asyncio.StreamReader):  # type: ignore[mis
 
 
 class StreamWriter(asyncio.StreamWriter):
-    """An ``asyncio.StreamWriter`` whose ``drain()`` is native when nothing has to wait."""
-
-    def drain(self) -> Any:
-        return _StreamOp.drain(self)
+    """An ``asyncio.StreamWriter`` whose ``write()`` and ``drain()`` are native methods
+    (put on the class by ``_register`` below): ``write`` is asyncio's
+    ``self._transport.write(data)`` without a Python frame, and ``drain()`` returns an
+    awaitable that is done at once when nothing has to wait."""
 
 
 # The transport feeds exactly this class directly (a subclass may override feed_data),
 # and the native drain hands its waits to asyncio's coroutine, taken before any rebinding.
-_StreamReaderCore._register(StreamReader, _ASYNCIO_WRITER.drain)
+_StreamReaderCore._register(StreamReader, _ASYNCIO_WRITER.drain, StreamWriter)
 
 
 def install() -> None:

@@ -215,6 +215,69 @@ def test_waiting_read_wakes_on_feed_and_a_second_reader_is_refused():
     rsloop.run(main())
 
 
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class OpenProtocol(asyncio.Protocol):
+    """What drain() reads of a protocol: connected, not paused."""
+
+    _connection_lost = False
+    _paused = False
+
+
+WRITER_MISTAKES = {
+    "write()": lambda w: w.write(),
+    "write(a, b)": lambda w: w.write(b"a", b"b"),
+    "write(a, data=b)": lambda w: w.write(b"a", data=b"b"),
+    "write(x=1)": lambda w: w.write(x=1),
+    "drain(1)": lambda w: w.drain(1),
+    "drain(x=1)": lambda w: w.drain(x=1),
+}
+
+
+def test_native_writer_methods_behave_as_asyncios():
+    from rsloop import _streams
+
+    loop = asyncio.new_event_loop()
+    try:
+        writers = {}
+        # asyncio's own class, even when RSLOOP_FAST_STREAMS=1 rebound the name.
+        for cls in (_streams._ASYNCIO_WRITER, rsloop.StreamWriter):
+            writers[cls] = w = cls(RecordingTransport(), OpenProtocol(), None, loop)
+            w.write(b"one")
+            w.write(data=b"two")
+            # start_tls() swaps the transport: writes follow it.
+            w._transport = RecordingTransport()
+            w.write(b"three")
+            assert w._transport.written == [b"three"]
+        for name, mistake in WRITER_MISTAKES.items():
+            messages = []
+            for w in writers.values():
+                with pytest.raises(TypeError) as err:
+                    mistake(w)
+                messages.append(str(err.value))
+            assert messages[0] == messages[1], name
+        ours = writers[rsloop.StreamWriter]
+        with pytest.raises(StopIteration):
+            ours.drain().send(None)
+        for w in writers.values():
+            w.close()
+    finally:
+        loop.close()
+
+
 NAMES = ("open_connection", "start_server", "open_unix_connection", "start_unix_server")
 
 

@@ -14,8 +14,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pyo3::ffi;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
-use pyo3::PyClass;
+use pyo3::types::{PyString, PyTuple, PyType};
+use pyo3::PyTypeInfo;
 
 /// The arguments of one call: positional ones, then keyword values named by `kwnames`.
 pub struct FastArgs<'a, 'py> {
@@ -73,8 +73,9 @@ impl<'a, 'py> FastArgs<'a, 'py> {
 
 /// A method whose arguments are read from [`FastArgs`].
 pub trait FastMethod {
-    /// The class the method is installed on; `self` is an instance of it.
-    type Class: PyClass;
+    /// The class the method is installed on; `self` is an instance of it (`PyAny` for a
+    /// method installed on a Python class with [`install_on`]).
+    type Class: PyTypeInfo;
     /// The attribute name (and `__name__`).
     const NAME: &'static CStr;
     /// The docstring, starting with CPython's `name($self, ...)\n--\n\n` text signature
@@ -102,7 +103,8 @@ unsafe extern "C" fn trampoline<M: FastMethod>(
     // SAFETY: CPython calls a method's C function with the GIL held.
     let py = unsafe { Python::assume_attached() };
     // SAFETY: `slf` is a live instance of `M::Class`, borrowed for the call: the method
-    // descriptor, made for that class by `install`, checked its type before calling us.
+    // descriptor, made for that class by `install`, checked its type before calling us
+    // (with `install_on`, `M::Class` is `PyAny`, which every object is).
     let this = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<M::Class>() };
     if M::pyo3_attached(&this) {
         // SAFETY: the arguments are CPython's, as received.
@@ -174,9 +176,19 @@ unsafe fn run<M: FastMethod>(
 
 /// Installs `M` on its class as a method, replacing an attribute of that name.
 pub fn install<M: FastMethod>(py: Python<'_>) -> PyResult<()> {
-    let ty = py.get_type::<M::Class>();
+    install_into::<M>(&py.get_type::<M::Class>())
+}
+
+/// Installs `M` as a method of `ty`, a class defined in Python.
+pub fn install_on<M: FastMethod<Class = PyAny>>(ty: &Bound<'_, PyType>) -> PyResult<()> {
+    install_into::<M>(ty)
+}
+
+// `ty` is `M::Class`'s type object, or any type when `M::Class` is `PyAny`.
+fn install_into<M: FastMethod>(ty: &Bound<'_, PyType>) -> PyResult<()> {
+    let py = ty.py();
     // Leaked on purpose: a method's definition must outlive every descriptor and bound
-    // method made from it, and each method is installed once per process.
+    // method made from it, and each method is installed once per class.
     let def: &'static mut ffi::PyMethodDef = Box::leak(Box::new(ffi::PyMethodDef {
         ml_name: M::NAME.as_ptr(),
         ml_meth: ffi::PyMethodDefPointer {

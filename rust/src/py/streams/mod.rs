@@ -19,6 +19,7 @@
 
 mod op;
 mod reader;
+mod writer;
 
 pub use op::{StreamOp, StreamOpNext};
 pub use reader::{feed_from_protocol, StreamReaderCore};

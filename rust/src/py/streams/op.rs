@@ -80,6 +80,11 @@ impl StreamOp {
         StreamOp::new(r.as_any(), kind)
     }
 
+    /// `writer.drain()`.
+    pub(super) fn drain_of(writer: &Bound<'_, PyAny>) -> Self {
+        StreamOp::new(writer, Kind::Drain)
+    }
+
     fn new(target: &Bound<'_, PyAny>, kind: Kind) -> Self {
         StreamOp {
             target: target.clone().unbind(),
@@ -477,7 +482,7 @@ impl StreamOp {
     /// `writer.drain()`.
     #[staticmethod]
     fn drain(writer: &Bound<'_, PyAny>) -> Self {
-        StreamOp::new(writer, Kind::Drain)
+        StreamOp::drain_of(writer)
     }
 
     fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {

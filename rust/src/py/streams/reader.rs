@@ -469,11 +469,18 @@ impl StreamReaderCore {
     }
 
     /// Registers the class the transport feeds directly (`rsloop.StreamReader`) and
-    /// asyncio's own `StreamWriter.drain` (once; later calls are ignored).
+    /// asyncio's own `StreamWriter.drain` (once; later calls are ignored), and puts the
+    /// native `write` and `drain` on `writer_class` (`rsloop.StreamWriter`).
     #[staticmethod]
-    fn _register(py: Python<'_>, reader_class: Py<PyType>, asyncio_drain: Py<PyAny>) {
+    fn _register(
+        py: Python<'_>,
+        reader_class: Py<PyType>,
+        asyncio_drain: Py<PyAny>,
+        writer_class: &Bound<'_, PyType>,
+    ) -> PyResult<()> {
         let _ = FAST_READER.set(py, reader_class);
         let _ = ASYNCIO_DRAIN.set(py, asyncio_drain);
+        super::writer::install(writer_class)
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
