@@ -14,8 +14,9 @@ are asyncio's own functions on any other loop. By default asyncio's four functio
 replaced by these when ``rsloop._loop`` is first imported, which making a native loop (or
 touching ``rsloop.Loop``) does (``install``), so code calling
 ``asyncio.open_connection`` gets them on rsloop's loops and nothing changes on other
-loops. ``RSLOOP_FAST_STREAMS=1`` also rebinds ``asyncio.streams.StreamReader`` and
-``StreamWriter`` (for code that builds asyncio's classes itself);
+loops. ``RSLOOP_FAST_STREAMS=1`` also rebinds ``asyncio.StreamReader`` and
+``asyncio.StreamWriter`` (for code that builds asyncio's classes itself) and
+``asyncio.streams.StreamWriter`` (the writer ``StreamReaderProtocol`` makes);
 ``RSLOOP_FAST_STREAMS=0`` turns all of it off, and the functions hand out asyncio's
 classes.
 """
@@ -88,7 +89,12 @@ def install() -> None:
             if getattr(module, name, None) is found:
                 setattr(module, name, ours)
     if rebind_classes():
-        asyncio.streams.StreamReader = StreamReader  # type: ignore[misc]
+        # The public names, for code that builds the classes itself, and the writer that
+        # StreamReaderProtocol makes. asyncio.streams.StreamReader stays asyncio's:
+        # StreamWriter.__init__ asserts isinstance(reader, <that name>), which a reader
+        # of asyncio's own class (from a reference taken before this ran) must still pass.
+        asyncio.StreamReader = StreamReader  # type: ignore[misc]
+        asyncio.StreamWriter = StreamWriter  # type: ignore[misc]
         asyncio.streams.StreamWriter = StreamWriter  # type: ignore[misc]
 
 

@@ -325,6 +325,40 @@ def test_install_replaces_asyncios_functions_but_not_someone_elses(monkeypatch):
     assert asyncio.open_connection is rsloop.open_connection
 
 
+def test_rebound_classes_keep_asyncios_readers_working(monkeypatch):
+    from rsloop import _streams
+
+    for module in (asyncio, asyncio.streams):
+        for name in ("StreamReader", "StreamWriter"):
+            monkeypatch.setattr(module, name, getattr(module, name))
+    original_reader = _streams._ASYNCIO_READER
+    monkeypatch.setenv("RSLOOP_FAST_STREAMS", "1")
+    _streams.install()
+    assert asyncio.StreamReader is rsloop.StreamReader
+    assert asyncio.StreamWriter is asyncio.streams.StreamWriter is rsloop.StreamWriter
+    assert asyncio.streams.StreamReader is original_reader
+
+    # A server protocol built on a reader of asyncio's class (taken before the rebinding)
+    # still gets its writer: StreamWriter.__init__ asserts the reader's class.
+    loop = asyncio.new_event_loop()
+    try:
+        connected = []
+        for reader in (original_reader(loop=loop), asyncio.StreamReader(loop=loop)):
+            protocol = asyncio.StreamReaderProtocol(
+                reader, lambda r, w: connected.append((type(r), type(w))), loop=loop
+            )
+            transport = RecordingTransport()
+            transport.get_extra_info = lambda name, default=None: default
+            protocol.connection_made(transport)
+            transport.close()
+        assert connected == [
+            (original_reader, rsloop.StreamWriter),
+            (rsloop.StreamReader, rsloop.StreamWriter),
+        ]
+    finally:
+        loop.close()
+
+
 def test_stream_functions_on_other_loops_are_asyncios(monkeypatch):
     # A loop that is not rsloop's native loop, even one with a `backend` attribute, gets
     # asyncio's reader and writer (or what RSLOOP_FAST_STREAMS=1 rebound their names to).
