@@ -103,7 +103,7 @@ def conformance(session: nox.Session) -> None:
         session.run("python", str(runner), "--backend", backend, env={"RSLOOP_BACKEND": backend})
     # The stream suites again with asyncio's StreamReader / StreamWriter rebound to
     # rsloop's fast streams: the condition for offering them.
-    fast = ["-m", "test_streams", "-m", "test_server"]
+    fast = ["-m", "test_streams", "-m", "test_server", "-m", "test_ssl"]
     session.run(
         "python", str(runner), "--fast-streams", *fast, "--backend", "uring", "--backend", "poll"
     )

@@ -227,12 +227,17 @@ def _install_harness(backend: str) -> type:
         _wrap_loop_class(UNDER_TEST)
 
     if os.environ.get(FAST_STREAMS_ENV) == "1":
-        # --fast-streams: every StreamReader / StreamWriter the tests make (directly, or
-        # through asyncio.open_connection & co.) is rsloop's.
+        # --fast-streams: rsloop's own RSLOOP_FAST_STREAMS=1 (set by the parent) rebinds
+        # the classes when rsloop._loop is imported, so every StreamReader the tests make
+        # and every StreamWriter StreamReaderProtocol makes is rsloop's. Checked, not
+        # done here, so the configuration under test is the one users get.
         import asyncio.streams
 
-        asyncio.StreamReader = asyncio.streams.StreamReader = rsloop.StreamReader
-        asyncio.StreamWriter = asyncio.streams.StreamWriter = rsloop.StreamWriter
+        if not (
+            asyncio.StreamReader is rsloop.StreamReader
+            and asyncio.streams.StreamWriter is rsloop.StreamWriter
+        ):
+            raise SystemExit("sanity: RSLOOP_FAST_STREAMS=1 did not rebind the stream classes")
 
     policy_cls = rsloop.EventLoopPolicy
     asyncio.DefaultEventLoopPolicy = policy_cls  # set_event_loop_policy(None) -> rsloop
@@ -1179,8 +1184,9 @@ def main(argv=None) -> int:
     p.add_argument(
         "--fast-streams",
         action="store_true",
-        help="rebind asyncio.StreamReader / StreamWriter (and asyncio.streams') to "
-        "rsloop's fast streams first, so the stream tests run on them",
+        help="run with RSLOOP_FAST_STREAMS=1 (asyncio.StreamReader / StreamWriter and "
+        "asyncio.streams.StreamWriter rebound to rsloop's fast streams), so the stream "
+        "tests run on them",
     )
     p.add_argument("--module-timeout", type=float, default=600.0)
     p.add_argument("--max-restarts", type=int, default=20)
@@ -1190,7 +1196,8 @@ def main(argv=None) -> int:
     p.add_argument("--skip-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.fast_streams:
-        os.environ[FAST_STREAMS_ENV] = "1"  # the children inherit it
+        os.environ[FAST_STREAMS_ENV] = "1"  # the children inherit both
+        os.environ["RSLOOP_FAST_STREAMS"] = "1"
     if args.child:
         args.backend = args.backend[0]
         return child_main(args)
