@@ -25,6 +25,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<crate::transports::datagram::DatagramCore>()?;
     #[cfg(unix)]
     m.add_class::<streams::StreamOp>()?;
+    #[cfg(unix)]
     crate::sys::iternext::install::<streams::StreamOpNext>(m.py());
     #[cfg(unix)]
     m.add_class::<streams::StreamReaderCore>()?;
