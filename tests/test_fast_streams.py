@@ -343,14 +343,16 @@ def test_rebound_classes_keep_asyncios_readers_working(monkeypatch):
     loop = asyncio.new_event_loop()
     try:
         connected = []
+
+        def client_connected(reader, writer):
+            connected.append((type(reader), type(writer)))
+            writer.close()  # 3.13 keeps no reference to the writer
+
         for reader in (original_reader(loop=loop), asyncio.StreamReader(loop=loop)):
-            protocol = asyncio.StreamReaderProtocol(
-                reader, lambda r, w: connected.append((type(r), type(w))), loop=loop
-            )
+            protocol = asyncio.StreamReaderProtocol(reader, client_connected, loop=loop)
             transport = RecordingTransport()
             transport.get_extra_info = lambda name, default=None: default
             protocol.connection_made(transport)
-            transport.close()
         assert connected == [
             (original_reader, rsloop.StreamWriter),
             (rsloop.StreamReader, rsloop.StreamWriter),
