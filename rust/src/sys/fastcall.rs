@@ -115,8 +115,36 @@ unsafe extern "C" fn trampoline<M: FastMethod>(
         // its next call instead of releasing them. `attach` raises that count here, as
         // PyO3's generated methods do, for callers outside any PyO3 call.
         // SAFETY: the arguments are CPython's, as received.
-        Python::attach(|py| unsafe { run::<M>(py, slf, args, nargs, kwnames) })
+        with_attach_count(|py| unsafe { run::<M>(py, slf, args, nargs, kwnames) })
     }
+}
+
+/// Runs `f` with PyO3 counting the thread as attached (`Python::attach`), for a slot or
+/// method that CPython called with the GIL held. `attach` itself may panic (PyO3 refuses
+/// while the interpreter finalizes); that becomes a Python exception here instead of an
+/// abort at the `extern "C"` boundary. `f` catches its own panics.
+pub(crate) fn with_attach_count(
+    f: impl FnOnce(Python<'_>) -> *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    match catch_unwind(AssertUnwindSafe(|| Python::attach(f))) {
+        Ok(ptr) => ptr,
+        Err(payload) => {
+            // SAFETY: CPython calls slots and methods with the GIL held.
+            let py = unsafe { Python::assume_attached() };
+            panic_error(payload).restore(py);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// A caught panic as PyO3 raises it: `PanicException` with the panic's message.
+pub(crate) fn panic_error(payload: Box<dyn std::any::Any + Send>) -> PyErr {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic in rsloop".to_string());
+    PanicException::new_err(text)
 }
 
 // The call itself, with panics caught.
@@ -161,14 +189,7 @@ unsafe fn run<M: FastMethod>(
     let err = match outcome {
         Ok(Ok(obj)) => return obj.into_ptr(),
         Ok(Err(e)) => e,
-        Err(payload) => {
-            let text = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "panic in rsloop".to_string());
-            PanicException::new_err(text)
-        }
+        Err(payload) => panic_error(payload),
     };
     err.restore(py);
     std::ptr::null_mut()

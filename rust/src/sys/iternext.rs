@@ -5,17 +5,19 @@
 //! PyO3's `__next__` raises it through a lazy error: a tuple `(value,)`, then an exception
 //! instance made by calling `StopIteration`, normalised again by the reader. Setting the
 //! error as `PyErr_SetObject(StopIteration, value)` does what `return value` in a
-//! generator does: up to 3.11 no exception object is made at all, from 3.12 on one.
+//! generator does: up to 3.11 no exception object is made at all, from 3.12 on one; and
+//! a `None` result sets no exception at all, as a generator's `tp_iternext` does.
 //! Owns: the slot, panics at its boundary, the `StopIteration` shape. Not: what a step
 //! does (a safe [`IterNext`] implementation elsewhere).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pyo3::ffi;
-use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use pyo3::PyClass;
+
+use super::fastcall::{panic_error, with_attach_count};
 
 /// What one step of an awaitable did.
 pub enum Next {
@@ -36,9 +38,8 @@ pub trait IterNext {
 // The `tp_iternext` slot for `I`.
 unsafe extern "C" fn trampoline<I: IterNext>(slf: *mut ffi::PyObject) -> *mut ffi::PyObject {
     // The slot may be called from outside any PyO3 call (a thread driving the awaitable
-    // by hand); `attach` counts the thread as PyO3's own methods do, cheaply when it
-    // already is.
-    Python::attach(|py| {
+    // by hand): count the thread as PyO3's own methods do, cheaply when it already is.
+    with_attach_count(|py| {
         // SAFETY: CPython calls a type's `tp_iternext` with a live, borrowed instance of
         // that type (or of a subclass, which shares its layout); `install` put this slot
         // only on `I::Class`.
@@ -46,8 +47,11 @@ unsafe extern "C" fn trampoline<I: IterNext>(slf: *mut ffi::PyObject) -> *mut ff
         let outcome = catch_unwind(AssertUnwindSafe(|| I::next(&this)));
         match outcome {
             Ok(Ok(Next::Yield(obj))) => obj.into_ptr(),
-            Ok(Ok(Next::Return(value))) => {
-                set_stop_iteration(py, value);
+            // Returning `None`: NULL with no exception set, as a generator's `tp_iternext`
+            // does; `await`, `next()` and `PyIter_Send` all read it as `None`.
+            Ok(Ok(Next::Return(None))) => std::ptr::null_mut(),
+            Ok(Ok(Next::Return(Some(value)))) => {
+                set_stop_iteration(py, value.into_bound(py));
                 std::ptr::null_mut()
             }
             Ok(Err(e)) => {
@@ -55,12 +59,7 @@ unsafe extern "C" fn trampoline<I: IterNext>(slf: *mut ffi::PyObject) -> *mut ff
                 std::ptr::null_mut()
             }
             Err(payload) => {
-                let text = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic in rsloop".to_string());
-                PanicException::new_err(text).restore(py);
+                panic_error(payload).restore(py);
                 std::ptr::null_mut()
             }
         }
@@ -68,13 +67,7 @@ unsafe extern "C" fn trampoline<I: IterNext>(slf: *mut ffi::PyObject) -> *mut ff
 }
 
 // `StopIteration(value)` as a generator's `return value` sets it (`_PyGen_SetStopIterationValue`).
-fn set_stop_iteration(py: Python<'_>, value: Option<Py<PyAny>>) {
-    let Some(value) = value else {
-        // SAFETY: the GIL is held; `PyExc_StopIteration` is a static exception type.
-        unsafe { ffi::PyErr_SetNone(ffi::PyExc_StopIteration) };
-        return;
-    };
-    let value = value.into_bound(py);
+fn set_stop_iteration(py: Python<'_>, value: Bound<'_, PyAny>) {
     let bare = !value.is_instance_of::<PyTuple>()
         && !value.is_instance_of::<pyo3::exceptions::PyBaseException>();
     if bare {
