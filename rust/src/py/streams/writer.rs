@@ -22,10 +22,24 @@ pub(super) fn install(cls: &Bound<'_, PyType>) -> PyResult<()> {
 }
 
 /// `TypeError` for a call that passed anything but `expected` (a parameter list of at
-/// most one name), in Python's words for `StreamWriter.<method>()`.
+/// most one name), in Python's words for `StreamWriter.<method>()` and in its order:
+/// keywords first, then too many positional arguments, then a missing one.
 #[cold]
 fn bad_arguments(a: &FastArgs<'_, '_>, method: &str, expected: Option<&str>) -> PyErr {
     let max = usize::from(expected.is_some());
+    for k in 0..a.n_keywords() {
+        let Ok(name) = a.keyword(k) else { continue };
+        if Some(name.to_string().as_str()) != expected {
+            return PyTypeError::new_err(format!(
+                "StreamWriter.{method}() got an unexpected keyword argument '{name}'"
+            ));
+        }
+        if a.nargs() >= 1 {
+            return PyTypeError::new_err(format!(
+                "StreamWriter.{method}() got multiple values for argument '{name}'"
+            ));
+        }
+    }
     if a.nargs() > max {
         let takes = if max == 0 {
             "1 positional argument".to_string()
@@ -35,20 +49,6 @@ fn bad_arguments(a: &FastArgs<'_, '_>, method: &str, expected: Option<&str>) -> 
         return PyTypeError::new_err(format!(
             "StreamWriter.{method}() takes {takes} but {} were given",
             a.nargs() + 1
-        ));
-    }
-    for k in 0..a.n_keywords() {
-        let Ok(name) = a.keyword(k) else { continue };
-        if Some(name.to_string().as_str()) == expected {
-            if a.nargs() == 1 {
-                return PyTypeError::new_err(format!(
-                    "StreamWriter.{method}() got multiple values for argument '{name}'"
-                ));
-            }
-            continue;
-        }
-        return PyTypeError::new_err(format!(
-            "StreamWriter.{method}() got an unexpected keyword argument '{name}'"
         ));
     }
     let missing = expected.unwrap_or("");
