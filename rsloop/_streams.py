@@ -14,9 +14,10 @@ are asyncio's own functions on any other loop. By default asyncio's four functio
 replaced by these when ``rsloop._loop`` is first imported, which making a native loop (or
 touching ``rsloop.Loop``) does (``install``), so code calling
 ``asyncio.open_connection`` gets them on rsloop's loops and nothing changes on other
-loops. ``RSLOOP_FAST_STREAMS=1`` also rebinds ``asyncio.StreamReader`` and
-``asyncio.StreamWriter`` (for code that builds asyncio's classes itself) and
-``asyncio.streams.StreamWriter`` (the writer ``StreamReaderProtocol`` makes);
+loops. ``RSLOOP_FAST_STREAMS=1`` also rebinds ``StreamReader`` and ``StreamWriter`` in
+``asyncio`` and ``asyncio.streams`` (for code that builds asyncio's classes itself, and
+for the ones asyncio builds), and instances of asyncio's own classes still pass
+``isinstance`` against the rebound names;
 ``RSLOOP_FAST_STREAMS=0`` turns all of it off, and the functions hand out asyncio's
 classes.
 """
@@ -58,11 +59,36 @@ def rebind_classes() -> bool:
     return _setting() in ("1", "on", "true", "yes")
 
 
-class StreamReader(_StreamReaderCore, asyncio.StreamReader):  # type: ignore[misc]
+# With RSLOOP_FAST_STREAMS=1: rsloop's class -> the asyncio class whose names it took.
+_REBOUND: dict[type, type] = {}
+
+
+class _AcceptsAsyncios(type):
+    """Metaclass of rsloop's reader and writer. Once ``RSLOOP_FAST_STREAMS=1`` has bound
+    asyncio's names to them, an instance of asyncio's own class (made through a reference
+    taken before, e.g. ``from asyncio import StreamReader``) still passes
+    ``isinstance(x, asyncio.StreamReader)``, and so ``StreamWriter.__init__``'s assert."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        if type.__instancecheck__(cls, obj):
+            return True
+        stand_in = _REBOUND.get(cls)
+        return stand_in is not None and isinstance(obj, stand_in)
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        if type.__subclasscheck__(cls, sub):
+            return True
+        stand_in = _REBOUND.get(cls)
+        return stand_in is not None and issubclass(sub, stand_in)
+
+
+class StreamReader(  # type: ignore[misc]
+    _StreamReaderCore, asyncio.StreamReader, metaclass=_AcceptsAsyncios
+):
     """An ``asyncio.StreamReader`` with its state and reads native, asyncio's behaviour."""
 
 
-class StreamWriter(asyncio.StreamWriter):
+class StreamWriter(asyncio.StreamWriter, metaclass=_AcceptsAsyncios):
     """An ``asyncio.StreamWriter`` whose ``write()`` and ``drain()`` are native methods
     (put on the class by ``_register`` below): ``write`` is asyncio's
     ``self._transport.write(data)`` without a Python frame, and ``drain()`` returns an
@@ -89,13 +115,14 @@ def install() -> None:
             if getattr(module, name, None) is found:
                 setattr(module, name, ours)
     if rebind_classes():
-        # The public names, for code that builds the classes itself, and the writer that
-        # StreamReaderProtocol makes. asyncio.streams.StreamReader stays asyncio's:
-        # StreamWriter.__init__ asserts isinstance(reader, <that name>), which a reader
-        # of asyncio's own class (from a reference taken before this ran) must still pass.
-        asyncio.StreamReader = StreamReader  # type: ignore[misc]
-        asyncio.StreamWriter = StreamWriter  # type: ignore[misc]
-        asyncio.streams.StreamWriter = StreamWriter  # type: ignore[misc]
+        # Both modules' names: what code builds itself, and what asyncio builds (the
+        # writer of StreamReaderProtocol, a subprocess's readers). Instances of asyncio's
+        # own classes keep passing isinstance against the rebound names (_REBOUND).
+        _REBOUND[StreamReader] = _ASYNCIO_READER
+        _REBOUND[StreamWriter] = _ASYNCIO_WRITER
+        for module in (asyncio, asyncio.streams):
+            module.StreamReader = StreamReader  # type: ignore[attr-defined,misc]
+            module.StreamWriter = StreamWriter  # type: ignore[attr-defined,misc]
 
 
 def _native(loop: Any) -> bool:

@@ -244,6 +244,10 @@ WRITER_MISTAKES = {
     "write(x=1)": lambda w: w.write(x=1),
     "drain(1)": lambda w: w.drain(1),
     "drain(x=1)": lambda w: w.drain(x=1),
+    # Python reports keywords before the positional count.
+    "write(a, b, foo=1)": lambda w: w.write(b"a", b"b", foo=1),
+    "write(a, b, data=c)": lambda w: w.write(b"a", b"b", data=b"c"),
+    "drain(1, foo=1)": lambda w: w.drain(1, foo=1),
 }
 
 
@@ -331,17 +335,24 @@ def test_rebound_classes_keep_asyncios_readers_working(monkeypatch):
     for module in (asyncio, asyncio.streams):
         for name in ("StreamReader", "StreamWriter"):
             monkeypatch.setattr(module, name, getattr(module, name))
+    monkeypatch.setattr(_streams, "_REBOUND", {})
     original_reader = _streams._ASYNCIO_READER
+    original_writer = _streams._ASYNCIO_WRITER
+    assert not isinstance(original_reader.__new__(original_reader), rsloop.StreamReader)
     monkeypatch.setenv("RSLOOP_FAST_STREAMS", "1")
     _streams.install()
-    assert asyncio.StreamReader is rsloop.StreamReader
+    assert asyncio.StreamReader is asyncio.streams.StreamReader is rsloop.StreamReader
     assert asyncio.StreamWriter is asyncio.streams.StreamWriter is rsloop.StreamWriter
-    assert asyncio.streams.StreamReader is original_reader
+    # asyncio's own classes and their instances still count as asyncio's.
+    assert issubclass(original_reader, asyncio.StreamReader)
+    assert issubclass(original_writer, asyncio.StreamWriter)
+    assert not isinstance(object(), asyncio.StreamReader)
 
     # A server protocol built on a reader of asyncio's class (taken before the rebinding)
     # still gets its writer: StreamWriter.__init__ asserts the reader's class.
     loop = asyncio.new_event_loop()
     try:
+        assert isinstance(original_reader(loop=loop), asyncio.StreamReader)
         connected = []
 
         def client_connected(reader, writer):

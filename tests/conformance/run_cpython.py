@@ -228,14 +228,14 @@ def _install_harness(backend: str) -> type:
 
     if os.environ.get(FAST_STREAMS_ENV) == "1":
         # --fast-streams: rsloop's own RSLOOP_FAST_STREAMS=1 (set by the parent) rebinds
-        # the classes when rsloop._loop is imported, so every StreamReader the tests make
-        # and every StreamWriter StreamReaderProtocol makes is rsloop's. Checked, not
+        # the classes when rsloop._loop is imported, so every StreamReader / StreamWriter
+        # the tests make, or asyncio makes for them, is rsloop's. Checked, not
         # done here, so the configuration under test is the one users get.
         import asyncio.streams
 
         if not (
-            asyncio.StreamReader is rsloop.StreamReader
-            and asyncio.streams.StreamWriter is rsloop.StreamWriter
+            asyncio.StreamReader is asyncio.streams.StreamReader is rsloop.StreamReader
+            and asyncio.StreamWriter is asyncio.streams.StreamWriter is rsloop.StreamWriter
         ):
             raise SystemExit("sanity: RSLOOP_FAST_STREAMS=1 did not rebind the stream classes")
 
