@@ -80,6 +80,11 @@ def test_non_debug_call_soon_non_callable_fails_at_run_time(loop, handler_log):
             r"call_at\(\) got an unexpected keyword argument 'x'",
         ),
         (lambda lp: lp.call_soon_threadsafe(), r"call_soon_threadsafe\(\) missing 1 required"),
+        (lambda lp: lp.create_future(1), r"create_future\(\) takes"),
+        (
+            lambda lp: lp.create_future(x=1),
+            r"create_future\(\) (takes no keyword|got an unexpected keyword argument 'x')",
+        ),
     ],
 )
 def test_scheduling_bad_arguments_raise_type_error_like_asyncio(loop, call, message):

@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::convert::seconds;
-use super::support::{asyncio_types, call_on_loop, format_module, new_future};
+use super::support::{asyncio_types, call_on_loop, format_module};
 use crate::core::backend::planned_backend;
 use crate::core::watchers::Side;
 use crate::core::LoopCore;
@@ -151,11 +151,6 @@ impl Loop {
     }
 
     // ----- Future, Task and task factory -----
-
-    /// `asyncio.Future(loop=self)`.
-    fn create_future<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        new_future(slf)
-    }
 
     fn set_task_factory(&self, py: Python<'_>, factory: Option<Py<PyAny>>) -> PyResult<()> {
         let factory = factory.filter(|f| !f.is_none(py));

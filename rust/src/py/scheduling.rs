@@ -1,7 +1,8 @@
-//! `call_soon`, `call_soon_threadsafe`, `call_later`, `call_at` and `create_task` as
-//! Python sees them: methods installed by `sys::fastcall`, which read
-//! `(..., callback, *args, context=None)` and `(coro, *, name=None, context=None,
-//! **kwargs)` from the vectorcall arguments (see there for why not PyO3's parsing).
+//! `call_soon`, `call_soon_threadsafe`, `call_later`, `call_at`, `create_task` and
+//! `create_future` as Python sees them: methods installed by `sys::fastcall`, which read
+//! `(..., callback, *args, context=None)`, `(coro, *, name=None, context=None,
+//! **kwargs)` and `()` from the vectorcall arguments (see there for why not PyO3's
+//! parsing).
 //! Owns: argument shapes and their `TypeError`s (PyO3's wording). Not: what the methods
 //! do (`Loop::call_soon` & co. in `py/loop_.rs`).
 
@@ -13,16 +14,18 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use super::loop_::Loop;
+use super::support::new_future;
 use crate::handles::TimerHandle;
 use crate::sys::fastcall::{install, FastArgs, FastMethod};
 
-/// Installs the five methods on the native loop type.
+/// Installs the six methods on the native loop type.
 pub fn install_all(py: Python<'_>) -> PyResult<()> {
     install::<CallSoon>(py)?;
     install::<CallSoonThreadsafe>(py)?;
     install::<CallLater>(py)?;
     install::<CallAt>(py)?;
-    install::<CreateTask>(py)
+    install::<CreateTask>(py)?;
+    install::<CreateFuture>(py)
 }
 
 /// The arguments of `method(names..., *args, context=None)`, where `names` are
@@ -315,4 +318,35 @@ fn create_task_keywords<'py>(
         context.as_deref(),
         kwargs.as_ref(),
     )
+}
+
+/// `create_future()`: asyncio's own `sleep`, locks, queues and stream waits call it.
+pub struct CreateFuture;
+
+impl FastMethod for CreateFuture {
+    const NAME: &'static CStr = c"create_future";
+    const DOC: &'static CStr = c"create_future($self)\n--\n\n\
+Create a Future object attached to the loop.";
+
+    type Class = Loop;
+
+    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
+        inside_run(slf)
+    }
+
+    fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
+        // CPython's words for a METH_NOARGS method, which this was.
+        if a.n_keywords() != 0 {
+            return Err(PyTypeError::new_err(
+                "Loop.create_future() takes no keyword arguments",
+            ));
+        }
+        if a.nargs() != 0 {
+            return Err(PyTypeError::new_err(format!(
+                "Loop.create_future() takes no arguments ({} given)",
+                a.nargs()
+            )));
+        }
+        new_future(slf)
+    }
 }
