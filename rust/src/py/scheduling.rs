@@ -126,11 +126,18 @@ fn missing_arguments(method: &str, missing: &[String]) -> PyErr {
     PyTypeError::new_err(format!("Loop.{method}() missing {count}: {list}"))
 }
 
-// On the thread running the loop, a call comes from inside `Loop._run_forever_native`, a
-// PyO3 method, so PyO3 counts the thread as attached.
-#[inline(always)]
-fn inside_run(slf: &Bound<'_, Loop>) -> bool {
-    slf.get().on_loop_thread()
+/// The part every method here shares: it is the native loop's, and on the thread running
+/// the loop a call comes from inside `Loop._run_forever_native`, a PyO3 method, so PyO3
+/// already counts the thread as attached.
+macro_rules! loop_method {
+    () => {
+        type Class = Loop;
+
+        #[inline(always)]
+        fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
+            slf.get().on_loop_thread()
+        }
+    };
 }
 
 /// `Loop::call_later` or `Loop::call_at`: a time, then the callback and its arguments.
@@ -173,11 +180,7 @@ impl FastMethod for CallSoon {
     const DOC: &'static CStr = c"call_soon($self, callback, *args, context=None)\n--\n\n\
 Arrange for a callback to be called as soon as possible.";
 
-    type Class = Loop;
-
-    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        inside_run(slf)
-    }
+    loop_method!();
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         let p = parse(a, "call_soon", ["callback"])?;
@@ -198,11 +201,7 @@ impl FastMethod for CallSoonThreadsafe {
         c"call_soon_threadsafe($self, callback, *args, context=None)\n--\n\n\
 Like call_soon(), but safe to call from another thread.";
 
-    type Class = Loop;
-
-    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        inside_run(slf)
-    }
+    loop_method!();
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         let p = parse(a, "call_soon_threadsafe", ["callback"])?;
@@ -221,11 +220,7 @@ impl FastMethod for CallLater {
     const DOC: &'static CStr = c"call_later($self, delay, callback, *args, context=None)\n--\n\n\
 Arrange for a callback to be called at a given time.";
 
-    type Class = Loop;
-
-    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        inside_run(slf)
-    }
+    loop_method!();
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         schedule_timer(slf, a, "call_later", "delay", Loop::call_later)
@@ -240,11 +235,7 @@ impl FastMethod for CallAt {
     const DOC: &'static CStr = c"call_at($self, when, callback, *args, context=None)\n--\n\n\
 Like call_later(), but uses an absolute time.";
 
-    type Class = Loop;
-
-    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        inside_run(slf)
-    }
+    loop_method!();
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         schedule_timer(slf, a, "call_at", "when", Loop::call_at)
@@ -260,11 +251,7 @@ impl FastMethod for CreateTask {
         c"create_task($self, coro, *, name=None, context=None, **kwargs)\n--\n\n\
 Schedule a coroutine object.";
 
-    type Class = Loop;
-
-    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        inside_run(slf)
-    }
+    loop_method!();
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         if a.nargs() == 1 && a.n_keywords() == 0 {
@@ -328,11 +315,7 @@ impl FastMethod for CreateFuture {
     const DOC: &'static CStr = c"create_future($self)\n--\n\n\
 Create a Future object attached to the loop.";
 
-    type Class = Loop;
-
-    fn pyo3_attached(slf: &Bound<'_, Loop>) -> bool {
-        inside_run(slf)
-    }
+    loop_method!();
 
     fn call<'py>(slf: &Bound<'py, Loop>, a: &FastArgs<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
         // CPython's words for a METH_NOARGS method, which this was.
