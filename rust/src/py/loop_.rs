@@ -29,6 +29,10 @@ pub struct Loop {
     pub(super) task_factory: GilCell<Option<Py<PyAny>>>,
     /// The dict behind `loop._transports` (fd -> weak transport), for the `sock_*` check.
     pub(super) transports: GilCell<Option<Py<PyDict>>>,
+    /// `{"loop": self}` for `Future(**kwargs)` and `Task(coro, **kwargs)` made on the loop's
+    /// thread during a run, before 3.12 (`support::call_on_loop`); callees copy a
+    /// `**kwargs` dict, never keep it. Dropped when the run ends.
+    pub(super) run_kwargs: GilCell<Option<Py<PyDict>>>,
 }
 
 #[pymethods]
@@ -42,6 +46,9 @@ impl Loop {
         if let Some(t) = self.transports.peek_for_gc(&visit) {
             visit.call(t)?;
         }
+        if let Some(k) = self.run_kwargs.peek_for_gc(&visit) {
+            visit.call(k)?;
+        }
         self.core.traverse(&visit)
     }
 
@@ -50,6 +57,7 @@ impl Loop {
             let factory = (
                 self.task_factory.with(py, Option::take),
                 self.transports.with(py, Option::take),
+                self.run_kwargs.with(py, Option::take),
             );
             let queued = if self.core.thread_id.load(Ordering::Relaxed) == 0 {
                 self.core.clear(py)
@@ -83,6 +91,7 @@ impl Loop {
             core: Arc::new(LoopCore::new(requested, info)),
             task_factory: GilCell::new(None),
             transports: GilCell::new(None),
+            run_kwargs: GilCell::new(None),
         })
     }
 
@@ -105,6 +114,8 @@ impl Loop {
         }
         let result = core.run_forever(py, slf.as_any());
         core.thread_id.store(0, Ordering::Relaxed);
+        let kwargs = slf.get().run_kwargs.with(py, Option::take);
+        drop(kwargs);
         result
     }
 

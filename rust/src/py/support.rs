@@ -9,7 +9,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use super::convert::fileobj_to_fd;
 use super::loop_::Loop;
@@ -54,10 +54,15 @@ pub(super) fn new_future<'py>(lp: &Bound<'py, Loop>) -> PyResult<Bound<'py, PyAn
     call_on_loop(lp, t.future.bind(lp.py()), &[])
 }
 
-/// `cls(*args, loop=lp)`. On the thread running `lp` the keyword is left out: there
-/// `lp` is asyncio's running loop, which is what `Future` and `Task` default to, and a
-/// call without keywords skips `__init__`'s keyword parsing and the dict `type.__call__`
-/// would build for them (a fifth of what `create_future` cost).
+/// `cls(*args, loop=lp)`.
+///
+/// On the thread running `lp`, `lp` is asyncio's running loop, which `Future` and `Task`
+/// default to. From 3.12 on the keyword is left out there: a call without keywords skips
+/// `__init__`'s keyword parsing and the dict `type.__call__` would build (a fifth of what
+/// `create_future` cost). Before 3.12 that default is looked up with a `getpid()` system
+/// call (the running-loop holder's fork check), which costs more than the keyword, so the
+/// run's own `{"loop": lp}` dict is passed instead (dropped when the run ends, so that a
+/// loop that has stopped refers to itself through nothing).
 pub(super) fn call_on_loop<'py>(
     lp: &Bound<'py, Loop>,
     cls: &Bound<'py, PyAny>,
@@ -65,10 +70,14 @@ pub(super) fn call_on_loop<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = lp.py();
     if lp.get().on_loop_thread() {
-        return match args {
-            [] => cls.call0(),
-            _ => cls.call1(PyTuple::new(py, args)?),
-        };
+        if cfg!(Py_3_12) {
+            return match args {
+                [] => cls.call0(),
+                _ => cls.call1(PyTuple::new(py, args)?),
+            };
+        }
+        let kwargs = lp.get().loop_kwarg(lp)?;
+        return cls.call(PyTuple::new(py, args)?, Some(&kwargs));
     }
     call_kw(
         cls,
@@ -92,6 +101,22 @@ impl Loop {
     // loop asyncio's running loop (`events._set_running_loop`) before entering it.
     pub(super) fn on_loop_thread(&self) -> bool {
         self.core.thread_id.load(Ordering::Relaxed) == thread_ident()
+    }
+
+    /// The running loop's `{"loop": lp}` dict (see `call_on_loop`), made at the run's
+    /// first call; only the loop's thread may call this, while it runs the loop.
+    pub(super) fn loop_kwarg<'py>(&self, lp: &Bound<'py, Loop>) -> PyResult<Bound<'py, PyDict>> {
+        let py = lp.py();
+        if let Some(d) = self
+            .run_kwargs
+            .with(py, |k| k.as_ref().map(|d| d.clone_ref(py)))
+        {
+            return Ok(d.into_bound(py));
+        }
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "loop"), lp)?;
+        self.run_kwargs.with(py, |k| *k = Some(d.clone().unbind()));
+        Ok(d)
     }
 
     pub(super) fn check_closed(&self) -> PyResult<()> {
