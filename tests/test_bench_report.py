@@ -45,3 +45,25 @@ def test_a_loop_failing_every_run_is_shown_failed_and_a_missing_one_is_left_out(
     assert row.split(" | ")[2] == "failed"
     assert "- rloop / w: failed every run (timed out after 120 s)" in lines
     assert table["w"]["best_peer"] == "asyncio"
+
+
+def test_syscalls_reads_strace_summaries_with_and_without_an_errors_column():
+    sys.path.insert(0, str(BENCH))
+    try:
+        syscalls = importlib.import_module("syscalls")
+    finally:
+        sys.path.remove(str(BENCH))
+    summary = """\
+% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ------------------
+ 59.91    1.032486          17     60005           io_uring_enter
+ 39.37    0.678548          16     40001     20001 recvfrom
+  0.01    0.000181          12        14           getpid
+------ ----------- ----------- --------- --------- ------------------
+100.00    1.723456          17    100020     20001 total
+"""
+    assert syscalls.parse_summary(summary) == {
+        "io_uring_enter": 60005,
+        "recvfrom": 40001,
+        "getpid": 14,
+    }

@@ -1,0 +1,159 @@
+"""System calls per operation of the core and echo workloads, counted by strace.
+
+``bench/instructions.py`` counts user-space instructions only: a system call is one
+instruction there, whatever the kernel then spends. A change that adds a call per
+operation (a ``getpid()`` behind a convenience default, an ``io_uring_enter`` too many)
+can look free in that count and cost a fifth of the time. This script shows such calls:
+
+    .venv-bench/bin/python bench/syscalls.py --loops rsloop-base,rsloop \\
+        --workloads future_pingpong,stream_echo
+
+Each (loop, workload) runs twice under ``strace -f -c`` in a fresh process, as
+``bench/run.py`` runs it (``bench/_child.py``, same warm-up), with N and 2N operations;
+the difference of the call counts divided by the difference of the operations is the
+number of calls one operation makes, start-up and warm-up cancelled out. Calls made
+less than once per hundred operations are left out. strace slows every call down a lot:
+use the timed benchmark for what the calls cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from run import (  # noqa: E402
+    add_venv_options,
+    child_command,
+    resolve_venv_options,
+    split_loops_and_workloads,
+)
+
+DEFAULT_WORKLOADS = [
+    "call_soon_chain",
+    "call_soon_batch",
+    "timer_cancel",
+    "gather_tasks",
+    "future_pingpong",
+    "socket_echo",
+    "stream_echo",
+    "sock_echo",
+]
+SHOWN = 0.01  # calls per operation below this are left out
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--loops", default="rsloop-base,rsloop", help="comma-separated loops")
+    p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS))
+    p.add_argument(
+        "--n",
+        type=int,
+        default=10_000,
+        help="operations of the smaller run (the larger one does twice as many)",
+    )
+    p.add_argument(
+        "--python", default=sys.executable, help="interpreter for the children (default: this one)"
+    )
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per child")
+    add_venv_options(p)
+    a = p.parse_args(argv)
+    split_loops_and_workloads(p, a)
+    if a.n < 1:
+        p.error("--n must be positive")
+    resolve_venv_options(a)
+    return a
+
+
+def parse_summary(text: str) -> dict[str, int]:
+    """strace -c's table: syscall name -> calls (the total row left out)."""
+    calls = {}
+    for line in text.splitlines():
+        cols = line.split()
+        # % time, seconds, usecs/call, calls, [errors,] syscall
+        if len(cols) < 5 or cols[-1] == "total" or not cols[3].isdigit():
+            continue
+        try:
+            float(cols[0])
+        except ValueError:
+            continue
+        calls[cols[-1]] = int(cols[3])
+    return calls
+
+
+def count(args, loop: str, workload: str, n: int, warm: int) -> tuple[dict[str, int], int]:
+    """(calls per syscall name of the whole child, operations it reported) for one run."""
+    cmd, env = child_command(args, loop, workload, n, warm)
+    if cmd[0] is None:
+        raise RuntimeError(f"no interpreter for {loop} (see --help)")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "summary"
+        proc = subprocess.run(
+            ["strace", "-f", "-c", "-o", str(out), *cmd],
+            env=env,
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+        )
+        summary = out.read_text() if out.exists() else ""
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    try:
+        data = json.loads(last)
+    except ValueError:
+        data = {}
+    if proc.returncode != 0 or "ops" not in data or not summary:
+        tail = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        raise RuntimeError(f"{loop} {workload}: exit {proc.returncode}: {tail}")
+    return parse_summary(summary), int(data["ops"])
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if shutil.which("strace") is None:
+        print("strace not found (apt-get install strace)", file=sys.stderr)
+        return 2
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    for wl in args.workloads:
+        warm = max(1, args.n // 10)
+        for lp in args.loops:
+            try:
+                c1, o1 = count(args, lp, wl, args.n, warm)
+                c2, o2 = count(args, lp, wl, 2 * args.n, warm)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"# {exc}", file=sys.stderr)
+                continue
+            if o2 == o1:
+                continue
+            per_op = {
+                name: (c2.get(name, 0) - c1.get(name, 0)) / (o2 - o1) for name in c1.keys() | c2
+            }
+            rows[(wl, lp)] = {k: v for k, v in per_op.items() if v >= SHOWN}
+            shown = ", ".join(f"{k} {v:.2f}" for k, v in sorted(rows[(wl, lp)].items()))
+            print(f"  {wl:22s} {lp:16s} {shown or '(none)'}", file=sys.stderr)
+    print(f"System calls per operation (strace -c, N={args.n} vs 2N; under {SHOWN} left out).\n")
+    print("| workload | " + " | ".join(args.loops) + " |")
+    print("|---|" + "---|" * len(args.loops))
+    for wl in args.workloads:
+        cells = []
+        for lp in args.loops:
+            r = rows.get((wl, lp))
+            if r is None:
+                cells.append("n/a")
+                continue
+            total = sum(r.values())
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r.items()))
+            cells.append(f"**{total:.2f}**" + (f" ({parts})" if parts else ""))
+        print(f"| {wl} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
