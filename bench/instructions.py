@@ -48,20 +48,21 @@ DEFAULT_WORKLOADS = [
 COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_counter_args(argv, doc: str, workloads: list, n: int, timeout: float):
+    """The options of a counting script (this one, ``bench/syscalls.py``)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--loops", default="rsloop-base,rsloop", help="comma-separated loops")
-    p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS))
+    p.add_argument("--workloads", default=",".join(workloads))
     p.add_argument(
         "--n",
         type=int,
-        default=20_000,
+        default=n,
         help="operations of the smaller run (the larger one does twice as many)",
     )
     p.add_argument(
         "--python", default=sys.executable, help="interpreter for the children (default: this one)"
     )
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per child")
+    p.add_argument("--timeout", type=float, default=timeout, help="seconds per child")
     add_venv_options(p)
     a = p.parse_args(argv)
     split_loops_and_workloads(p, a)
@@ -69,6 +70,10 @@ def parse_args(argv=None):
         p.error("--n must be positive")
     resolve_venv_options(a)
     return a
+
+
+def parse_args(argv=None):
+    return parse_counter_args(argv, __doc__, DEFAULT_WORKLOADS, 20_000, 600.0)
 
 
 def count(args, loop: str, workload: str, n: int, warm: int) -> tuple[int, int]:

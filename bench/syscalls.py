@@ -18,7 +18,6 @@ use the timed benchmark for what the calls cost.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -29,12 +28,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import (  # noqa: E402
-    add_venv_options,
-    child_command,
-    resolve_venv_options,
-    split_loops_and_workloads,
-)
+from instructions import parse_counter_args  # noqa: E402
+from run import child_command  # noqa: E402
 
 DEFAULT_WORKLOADS = [
     "call_soon_chain",
@@ -50,26 +45,7 @@ SHOWN = 0.01  # calls per operation below this are left out
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--loops", default="rsloop-base,rsloop", help="comma-separated loops")
-    p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS))
-    p.add_argument(
-        "--n",
-        type=int,
-        default=10_000,
-        help="operations of the smaller run (the larger one does twice as many)",
-    )
-    p.add_argument(
-        "--python", default=sys.executable, help="interpreter for the children (default: this one)"
-    )
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per child")
-    add_venv_options(p)
-    a = p.parse_args(argv)
-    split_loops_and_workloads(p, a)
-    if a.n < 1:
-        p.error("--n must be positive")
-    resolve_venv_options(a)
-    return a
+    return parse_counter_args(argv, __doc__, DEFAULT_WORKLOADS, 10_000, 300.0)
 
 
 def parse_summary(text: str) -> dict[str, int]:
