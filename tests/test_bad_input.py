@@ -230,9 +230,11 @@ def test_context_like_object_with_run_method_is_used(loop):
 
     out = []
     loop.call_soon(out.append, 1, context=FakeContext())
+    loop.call_soon(lambda: out.append("none"), context=FakeContext())
+    loop.call_soon(lambda *a: out.append(a), 2, 3, 4, context=FakeContext())
     run_once(loop)
-    assert out == [1]
-    assert calls == ["run"]
+    assert out == [1, "none", (2, 3, 4)]
+    assert calls == ["run"] * 3
 
 
 def test_reentering_the_callbacks_own_context_fails(loop, handler_log):

@@ -47,6 +47,26 @@ def test_call_soon_passes_positional_args(loop):
     assert out == [(), (1,), (1, "two", None, (3,))]
 
 
+def test_handle_args_attribute_matches_asyncio(loop):
+    # asyncio.Handle keeps ``_args`` as the tuple of positional arguments, the same object
+    # on every access, and drops it (None) on cancel.
+    none, one, many = (
+        loop.call_soon(print),
+        loop.call_soon(print, "x"),
+        loop.call_soon(print, 1, 2, 3),
+    )
+    timer = loop.call_later(10, print, "t")
+    assert none._args == ()
+    assert one._args == ("x",)
+    assert one._args is one._args
+    assert many._args == (1, 2, 3)
+    assert timer._args == ("t",)
+    for h in (none, one, many, timer):
+        h.cancel()
+        assert h._args is None
+    run_once(loop)
+
+
 def test_call_soon_returns_handle(loop):
     h = loop.call_soon(lambda: None)
     assert not h.cancelled()

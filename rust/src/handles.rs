@@ -14,7 +14,7 @@ use pyo3::types::{PyFloat, PyTuple};
 use pyo3::PyTraverseError;
 
 use crate::sys::gil::GilCell;
-use crate::sys::python::{call_in_context, new_context};
+use crate::sys::python::{is_context, new_context, run_in_context};
 
 /// Locks a mutex whose data stays consistent even if a holder panicked (ours never runs
 /// code that can panic while locked), so poisoning is ignored.
@@ -22,10 +22,98 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A callback's positional arguments. Most callbacks get none or one (a task's wake-up
+/// gets its future, a future's done-callback the future): one is kept without a tuple, so
+/// scheduling it allocates nothing; the tuple is built only if Python asks for `_args`.
+pub enum Args {
+    Zero,
+    One(Py<PyAny>),
+    Many(Py<PyTuple>),
+}
+
+impl Args {
+    /// The arguments a Python caller packed into a tuple (`*args`).
+    pub fn from_tuple(args: Bound<'_, PyTuple>) -> Self {
+        if args.is_empty() {
+            Args::Zero
+        } else {
+            Args::Many(args.unbind())
+        }
+    }
+
+    fn bind<'py>(&self, py: Python<'py>) -> BoundArgs<'py> {
+        match self {
+            Args::Zero => BoundArgs::Zero,
+            Args::One(a) => BoundArgs::One(a.bind(py).clone()),
+            Args::Many(t) => BoundArgs::Many(t.bind(py).clone()),
+        }
+    }
+
+    /// The arguments as asyncio's `Handle._args` tuple. A single argument is packed once
+    /// and kept packed, so that `h._args is h._args`, as in asyncio.
+    fn as_tuple(&mut self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        let packed = match self {
+            Args::Zero => return Ok(PyTuple::empty(py).unbind()),
+            Args::Many(t) => return Ok(t.clone_ref(py)),
+            Args::One(a) => PyTuple::new(py, [a.bind(py)])?.unbind(),
+        };
+        *self = Args::Many(packed.clone_ref(py));
+        Ok(packed)
+    }
+
+    fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match self {
+            Args::Zero => Ok(()),
+            Args::One(a) => visit.call(a),
+            Args::Many(t) => visit.call(t),
+        }
+    }
+
+    fn drop_attached(self, py: Python<'_>) {
+        match self {
+            Args::Zero => {}
+            Args::One(a) => drop(a.into_bound(py)),
+            Args::Many(t) => drop(t.into_bound(py)),
+        }
+    }
+}
+
+/// [`Args`] cloned out of a handle for one run.
+enum BoundArgs<'py> {
+    Zero,
+    One(Bound<'py, PyAny>),
+    Many(Bound<'py, PyTuple>),
+}
+
+impl<'py> BoundArgs<'py> {
+    /// `callback(*args)`, without a tuple for zero or one argument.
+    fn call(&self, callback: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            BoundArgs::Zero => callback.call0(),
+            BoundArgs::One(a) => callback.call1((a,)),
+            BoundArgs::Many(t) => callback.call1(t),
+        }
+    }
+
+    /// `(callback, *args)`, for a duck-typed context's `run`.
+    fn with_callback(&self, callback: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = callback.py();
+        match self {
+            BoundArgs::Zero => PyTuple::new(py, [callback]),
+            BoundArgs::One(a) => PyTuple::new(py, [callback, a]),
+            BoundArgs::Many(t) => {
+                let all: Vec<Bound<'py, PyAny>> =
+                    std::iter::once(callback.clone()).chain(t.iter()).collect();
+                PyTuple::new(py, all)
+            }
+        }
+    }
+}
+
 /// What a handle runs. The callback and arguments are dropped on cancel, as asyncio does.
 struct HandleState {
     callback: Option<Py<PyAny>>,
-    args: Option<Py<PyTuple>>,
+    args: Option<Args>,
     /// The context to run in; `None` with `fresh_context` means "a new empty context":
     /// the snapshot taken at scheduling time was empty, and an empty snapshot and a new
     /// empty context cannot be told apart, except that the latter is made only when the
@@ -48,7 +136,9 @@ impl Released {
     pub fn drop_attached(self, py: Python<'_>) {
         let st = self.0;
         drop(st.callback.map(|o| o.into_bound(py)));
-        drop(st.args.map(|o| o.into_bound(py)));
+        if let Some(args) = st.args {
+            args.drop_attached(py);
+        }
         drop(st.context.map(|o| o.into_bound(py)));
         drop(st.source_traceback.map(|o| o.into_bound(py)));
     }
@@ -86,7 +176,7 @@ impl Handle {
     /// A new, uncancelled handle.
     pub fn new(
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
         context: Option<Py<PyAny>>,
         source_traceback: Option<Py<PyAny>>,
         debug: bool,
@@ -111,7 +201,7 @@ impl Handle {
         &self,
         py: Python<'_>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
         context: Option<Py<PyAny>>,
         source_traceback: Option<Py<PyAny>>,
         debug: bool,
@@ -155,7 +245,7 @@ impl Handle {
         let cloned = self.state.with(py, |st| match (&st.callback, &st.args) {
             (Some(cb), Some(args)) => Some((
                 cb.bind(py).clone(),
-                args.bind(py).clone(),
+                args.bind(py),
                 st.context.as_ref().map(|c| c.bind(py).clone()),
             )),
             _ => None,
@@ -177,7 +267,14 @@ impl Handle {
                 Err(e) => return RunOutcome::Raised(e),
             },
         };
-        match call_in_context(&context, &callback, &args) {
+        let result = if is_context(&context) {
+            run_in_context(&context, || args.call(&callback))
+        } else {
+            // asyncio only calls `context.run(callback, *args)`: honour duck-typed contexts.
+            args.with_callback(&callback)
+                .and_then(|all| context.call_method1(pyo3::intern!(py, "run"), all))
+        };
+        match result {
             Ok(_) => RunOutcome::Done,
             Err(e) => RunOutcome::Raised(e),
         }
@@ -260,7 +357,9 @@ impl Handle {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         if let Some(st) = self.state.peek_for_gc(&visit) {
             visit.call(&st.callback)?;
-            visit.call(&st.args)?;
+            if let Some(args) = &st.args {
+                args.traverse(&visit)?;
+            }
             visit.call(&st.context)?;
             visit.call(&st.source_traceback)?;
         }
@@ -291,8 +390,10 @@ impl Handle {
     }
 
     #[getter]
-    fn _args(&self, py: Python<'_>) -> Option<Py<PyTuple>> {
-        self.clone_field(py, |st| &st.args)
+    fn _args(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
+        self.state.with(py, |st| {
+            st.args.as_mut().map(|a| a.as_tuple(py)).transpose()
+        })
     }
 
     /// Whether the loop was in debug mode when this handle was made (3.13+ formats the
@@ -413,7 +514,7 @@ impl TimerHandle {
             }
             // Clone out of the locks first: comparing arguments runs Python code.
             let (x, y) = (ha._callback(py), hb._callback(py));
-            let (xa, ya) = (ha._args(py), hb._args(py));
+            let (xa, ya) = (ha._args(py)?, hb._args(py)?);
             match (x, y, xa, ya) {
                 (Some(x), Some(y), Some(xa), Some(ya)) => {
                     Ok(x.bind(py).eq(y.bind(py))? && xa.bind(py).eq(ya.bind(py))?)

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 
 use super::streams::{Action, FlushHook, Streams};
 use super::watchers::DriverWork;
@@ -19,7 +18,7 @@ use super::{
 };
 use crate::driver::{Completion, MultiCompletion, Op, Token};
 use crate::errors::os_error;
-use crate::handles::{lock, Handle, RunOutcome, TimerHandle};
+use crate::handles::{lock, Args, Handle, RunOutcome, TimerHandle};
 use crate::sys::python::{context_is_empty, refcnt};
 use crate::timers::should_compact;
 
@@ -62,8 +61,7 @@ impl LoopCore {
         arg: Py<PyAny>,
         debug: bool,
     ) -> PyResult<()> {
-        let args = PyTuple::new(py, [arg])?.unbind();
-        let handle = self.handle(py, callback, args, None, None, debug)?;
+        let handle = self.handle(py, callback, Args::One(arg), None, None, debug)?;
         self.queues.with(py, |q| q.ready.push_back(handle));
         Ok(())
     }
@@ -74,7 +72,7 @@ impl LoopCore {
         &self,
         py: Python<'_>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
         context: Option<Py<PyAny>>,
         tb: Option<Py<PyAny>>,
         debug: bool,

@@ -18,7 +18,7 @@ use crate::core::backend::planned_backend;
 use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
-use crate::handles::{lock, Handle, TimerHandle};
+use crate::handles::{lock, Args, Handle, TimerHandle};
 use crate::sys::gil::GilCell;
 use crate::sys::python::{call_kw, thread_ident};
 
@@ -197,9 +197,9 @@ impl Loop {
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Bound<'_, PyTuple>,
     ) -> PyResult<()> {
-        self.add_watcher(py, fd, Side::Read, callback, args)?;
+        self.add_watcher(py, fd, Side::Read, callback, Args::from_tuple(args))?;
         Ok(())
     }
 
@@ -211,9 +211,9 @@ impl Loop {
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Bound<'_, PyTuple>,
     ) -> PyResult<Py<Handle>> {
-        self.add_watcher(py, fd, Side::Read, callback, args)
+        self.add_watcher(py, fd, Side::Read, callback, Args::from_tuple(args))
     }
 
     fn _remove_reader(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -226,9 +226,9 @@ impl Loop {
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Bound<'_, PyTuple>,
     ) -> PyResult<Py<Handle>> {
-        self.add_watcher(py, fd, Side::Write, callback, args)
+        self.add_watcher(py, fd, Side::Write, callback, Args::from_tuple(args))
     }
 
     fn _remove_writer(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -245,9 +245,9 @@ impl Loop {
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Bound<'_, PyTuple>,
     ) -> PyResult<()> {
-        self.add_watcher(py, fd, Side::Write, callback, args)?;
+        self.add_watcher(py, fd, Side::Write, callback, Args::from_tuple(args))?;
         Ok(())
     }
 
@@ -432,7 +432,7 @@ impl Loop {
         &self,
         py: Python<'_>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
         context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
         self.check_closed()?;
@@ -449,7 +449,7 @@ impl Loop {
         &self,
         py: Python<'_>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
         context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
         self.check_closed()?;
@@ -474,7 +474,7 @@ impl Loop {
         py: Python<'_>,
         delay: &Bound<'_, PyAny>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
         context: Option<Py<PyAny>>,
     ) -> PyResult<Py<TimerHandle>> {
         if delay.is_none() {
@@ -498,7 +498,7 @@ impl Loop {
         py: Python<'_>,
         when: &Bound<'_, PyAny>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
         context: Option<Py<PyAny>>,
     ) -> PyResult<Py<TimerHandle>> {
         if when.is_none() {

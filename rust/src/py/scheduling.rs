@@ -11,11 +11,11 @@ use std::ffi::CStr;
 use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::PyDict;
 
 use super::loop_::Loop;
 use super::support::new_future;
-use crate::handles::TimerHandle;
+use crate::handles::{Args, TimerHandle};
 use crate::sys::fastcall::{install, FastArgs, FastMethod};
 
 /// Installs the six methods on the native loop type.
@@ -32,7 +32,7 @@ pub fn install_all(py: Python<'_>) -> PyResult<()> {
 /// positional-or-keyword and the last of them is the callback.
 struct Parsed<'a, 'py, const N: usize> {
     fixed: [Borrowed<'a, 'py, PyAny>; N],
-    args: Py<PyTuple>,
+    args: Args,
     context: Option<Py<PyAny>>,
 }
 
@@ -58,13 +58,23 @@ fn parse<'a, 'py, const N: usize>(
         };
         return Ok(Parsed {
             fixed: std::array::from_fn(|i| a.value(i)),
-            args: a.tuple_from(N)?.unbind(),
+            args: args_from(a, N)?,
             context: context
                 .filter(|c| !c.is_none())
                 .map(|c| c.to_owned().unbind()),
         });
     }
     parse_slow(a, method, names)
+}
+
+/// The positional arguments from `start` on: one is kept as it is (no tuple).
+#[inline(always)]
+fn args_from(a: &FastArgs<'_, '_>, start: usize) -> PyResult<Args> {
+    Ok(match a.nargs().saturating_sub(start) {
+        0 => Args::Zero,
+        1 => Args::One(a.value(start).to_owned().unbind()),
+        _ => Args::Many(a.tuple_from(start)?.unbind()),
+    })
 }
 
 #[cold]
@@ -106,7 +116,7 @@ fn parse_slow<'a, 'py, const N: usize>(
     }
     Ok(Parsed {
         fixed: fixed.map(|v| v.expect("checked above")),
-        args: a.tuple_from(N)?.unbind(),
+        args: args_from(a, N)?,
         context: context
             .filter(|c| !c.is_none())
             .map(|c| c.to_owned().unbind()),
@@ -146,7 +156,7 @@ type TimerMethod = for<'py> fn(
     Python<'py>,
     &Bound<'py, PyAny>,
     Py<PyAny>,
-    Py<PyTuple>,
+    Args,
     Option<Py<PyAny>>,
 ) -> PyResult<Py<TimerHandle>>;
 

@@ -31,7 +31,7 @@ use super::loop_::Loop;
 use super::support::new_future;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
-use crate::handles::Handle;
+use crate::handles::{Args, Handle};
 use crate::sys::buffer::{recv_bytes, recv_into_export, send_export};
 use crate::sys::gil::GilCell;
 use crate::sys::sock;
@@ -328,7 +328,7 @@ fn park<'py>(
         fd,
         side,
         waiter.clone().into_any().unbind(),
-        PyTuple::empty(py).unbind(),
+        Args::Zero,
     )?;
     waiter.get().state.with(py, |s| {
         if let Some(p) = s.as_mut() {

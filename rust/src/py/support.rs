@@ -15,7 +15,7 @@ use super::convert::fileobj_to_fd;
 use super::loop_::Loop;
 use crate::core::streams::{FlushHook, SentHook};
 use crate::core::watchers::Side;
-use crate::handles::{Handle, TimerHandle};
+use crate::handles::{Args, Handle, TimerHandle};
 use crate::sys::python::{call_kw, context_is_empty, copy_context, thread_ident};
 
 /// `asyncio.Future`, `asyncio.Task` and the keyword-name tuples used to call them.
@@ -171,7 +171,7 @@ impl Loop {
         &self,
         py: Python<'_>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
         context: Option<Py<PyAny>>,
         debug: bool,
     ) -> PyResult<Py<Handle>> {
@@ -197,7 +197,7 @@ impl Loop {
         &self,
         py: Python<'_>,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
     ) -> PyResult<()> {
         self.check_closed()?;
         let debug = self.core.debug();
@@ -270,7 +270,7 @@ impl Loop {
         py: Python<'_>,
         when: f64,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
         context: Option<Py<PyAny>>,
         method: &str,
     ) -> PyResult<Py<TimerHandle>> {
@@ -306,7 +306,7 @@ impl Loop {
         fd: &Bound<'_, PyAny>,
         side: Side,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
     ) -> PyResult<Py<Handle>> {
         let fileobj = fd.clone().unbind();
         let fd = fileobj_to_fd(fd)?;
@@ -331,7 +331,7 @@ impl Loop {
         fd: i32,
         side: Side,
         callback: Py<PyAny>,
-        args: Py<PyTuple>,
+        args: Args,
     ) -> PyResult<Py<Handle>> {
         self.check_closed()?;
         let debug = self.core.debug();

@@ -25,31 +25,26 @@ pub fn is_context(obj: &Bound<'_, PyAny>) -> bool {
     unsafe { ffi::PyContext_CheckExact(obj.as_ptr()) != 0 }
 }
 
-/// `context.run(callback, *args)` without the method lookup and argument repacking.
-pub fn call_in_context<'py>(
+/// `context.run(f)` for a `contextvars.Context` (see [`is_context`]), without the method
+/// lookup and argument repacking: `f` runs with `context` entered, which is exited after,
+/// whatever `f` returned.
+pub fn run_in_context<'py, T>(
     context: &Bound<'py, PyAny>,
-    callback: &Bound<'py, PyAny>,
-    args: &Bound<'py, PyTuple>,
-) -> PyResult<Bound<'py, PyAny>> {
+    f: impl FnOnce() -> PyResult<T>,
+) -> PyResult<T> {
     let py = context.py();
     if !is_context(context) {
-        // asyncio only calls `context.run(callback, *args)`: honour duck-typed contexts.
-        let mut all = Vec::with_capacity(args.len() + 1);
-        all.push(callback.clone());
-        all.extend(args.iter());
-        return context.call_method1(pyo3::intern!(py, "run"), PyTuple::new(py, all)?);
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "an instance of Context was expected",
+        ));
     }
     // SAFETY: `context` is a live Context (checked above) and the GIL is held.
     // PyContext_Enter fails (-1, exception set) if the context is already entered, exactly as
-    // `Context.run` does; on success we always exit it below, whatever the call returned.
+    // `Context.run` does; on success we always exit it below, whatever `f` returned.
     if unsafe { ffi::PyContext_Enter(context.as_ptr()) } != 0 {
         return Err(PyErr::fetch(py));
     }
-    let result = if args.is_empty() {
-        callback.call0()
-    } else {
-        callback.call1(args)
-    };
+    let result = f();
     // SAFETY: we entered this context just above on this thread, so exiting cannot fail
     // with "not entered"; the GIL is still held.
     let exited = unsafe { ffi::PyContext_Exit(context.as_ptr()) };

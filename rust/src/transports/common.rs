@@ -12,8 +12,9 @@ use std::io;
 use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyString};
 
+use crate::handles::Args;
 use crate::py::loop_::Loop;
 
 /// asyncio's `max_size`: the most one receive asks for.
@@ -326,8 +327,9 @@ pub(crate) trait TransportCore {
     fn schedule_connection_lost(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
         if let Some(shell) = self.shell(py) {
             let cb = shell.getattr(py, intern!(py, "_call_connection_lost"))?;
-            let args = PyTuple::new(py, [exc])?.unbind();
-            self.event_loop().get().call_soon_native(py, cb, args)?;
+            self.event_loop()
+                .get()
+                .call_soon_native(py, cb, Args::One(exc))?;
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
 use pyo3::PyTraverseError;
 
 use super::addrs::AddrCache;
@@ -33,6 +33,7 @@ use super::common::{
 };
 use crate::core::watchers::Side;
 use crate::errors::os_error;
+use crate::handles::Args;
 use crate::py::loop_::Loop;
 use crate::py::sockaddr;
 use crate::sys::buffer::buffer_to_vec;
@@ -233,7 +234,7 @@ impl DatagramCore {
         let fd = PyInt::new(py, self.fd);
         self.loop_
             .get()
-            .add_watcher(py, fd.as_any(), side, cb, PyTuple::empty(py).unbind())?;
+            .add_watcher(py, fd.as_any(), side, cb, Args::Zero)?;
         if side == Side::Write {
             self.state.with(py, |s| s.writing = true);
         }

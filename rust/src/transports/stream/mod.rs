@@ -22,12 +22,13 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyInt, PyTuple};
+use pyo3::types::PyInt;
 use pyo3::PyTraverseError;
 
 use super::common::{is_exit, requested_limits, would_block, Base, TransportCore, WriteBuffer};
 use crate::core::watchers::Side;
 use crate::errors::os_error;
+use crate::handles::Args;
 use crate::py::loop_::Loop;
 use crate::sys::gil::GilCell;
 use crate::sys::sock::{self, SendHeader};
@@ -162,7 +163,7 @@ impl StreamCore {
         let fd = PyInt::new(py, self.fd);
         self.loop_
             .get()
-            .add_watcher(py, fd.as_any(), side, cb, PyTuple::empty(py).unbind())?;
+            .add_watcher(py, fd.as_any(), side, cb, Args::Zero)?;
         Ok(())
     }
 
@@ -203,7 +204,7 @@ impl StreamCore {
         }
     }
 
-    fn call_soon(&self, py: Python<'_>, callback: Py<PyAny>, args: Py<PyTuple>) -> PyResult<()> {
+    fn call_soon(&self, py: Python<'_>, callback: Py<PyAny>, args: Args) -> PyResult<()> {
         self.loop_.get().call_soon_native(py, callback, args)
     }
 }
@@ -498,7 +499,7 @@ impl StreamCore {
             this.start_read(slf)?;
             if this.state.with(py, |s| !s.stash.is_empty()) {
                 let cb = slf.getattr(intern!(py, "_drain_stash"))?.unbind();
-                this.call_soon(py, cb, PyTuple::empty(py).unbind())?;
+                this.call_soon(py, cb, Args::Zero)?;
             }
         }
         Ok(())
