@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import logging
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -240,6 +242,54 @@ def test_call_soon_threadsafe_before_loop_runs(loop):
     th.join()
     run_once(loop)
     assert out == ["posted"]
+
+
+class _Token:
+    def hit(self, out):
+        out.append("hit")
+
+
+def test_call_soon_threadsafe_from_another_thread_keeps_and_releases_objects(loop):
+    # A post from a thread that never ran loop code: the handle holds the callback and
+    # its argument until the callback ran, then lets go of both; a post to a closed loop
+    # raises asyncio's RuntimeError and keeps nothing.
+    out = []
+    token = _Token()
+    ref = weakref.ref(token)
+    errors = []
+
+    def producer(obj):
+        loop.call_soon_threadsafe(obj.hit, out)
+
+    th = threading.Thread(target=producer, args=(token,))
+    th.start()
+    th.join()
+    del token
+    assert ref() is not None  # the pending handle holds it
+    run_once(loop)
+    assert out == ["hit"]
+    loop.call_soon(lambda: None)  # the recycled handle is refilled, the old one emptied
+    run_once(loop)
+    gc.collect()
+    assert ref() is None
+
+    loop.close()
+    token = _Token()
+    ref = weakref.ref(token)
+
+    def late(obj):
+        try:
+            loop.call_soon_threadsafe(obj.hit, out)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    th = threading.Thread(target=late, args=(token,))
+    th.start()
+    th.join()
+    del token
+    gc.collect()
+    assert errors == ["Event loop is closed"]
+    assert ref() is None
 
 
 def test_call_soon_threadsafe_wakes_a_blocked_loop(loop):

@@ -69,7 +69,8 @@ impl Args {
         }
     }
 
-    fn drop_attached(self, py: Python<'_>) {
+    /// Drops the objects as `Bound`s (see [`Released::drop_attached`]).
+    pub fn drop_attached(self, py: Python<'_>) {
         match self {
             Args::Zero => {}
             Args::One(a) => drop(a.into_bound(py)),

@@ -81,10 +81,12 @@ pub trait FastMethod {
     /// The docstring, starting with CPython's `name($self, ...)\n--\n\n` text signature
     /// so `inspect.signature` sees the parameters.
     const DOC: &'static CStr;
-    /// Whether PyO3 already counts this thread as attached (the caller runs inside one of
-    /// PyO3's own methods), so the call can skip raising that count; `false` is always
-    /// correct, only slower.
-    fn pyo3_attached(slf: &Bound<'_, Self::Class>) -> bool;
+    /// Whether the call can skip raising PyO3's count of the thread as attached: `true`
+    /// when PyO3 already counts it (the caller runs inside one of PyO3's own methods), or
+    /// when the call's success path drops no `Py` (see `trampoline`). `false` is always
+    /// correct, only slower: raising the count on a thread PyO3 does not count costs a
+    /// `PyGILState_Ensure`/`Release` pair per call.
+    fn skip_attach_count(slf: &Bound<'_, Self::Class>) -> bool;
     /// The call itself, on `slf` (an instance of the type the method was installed on,
     /// checked by the descriptor).
     fn call<'py>(
@@ -106,14 +108,15 @@ unsafe extern "C" fn trampoline<M: FastMethod>(
     // descriptor, made for that class by `install`, checked its type before calling us
     // (with `install_on`, `M::Class` is `PyAny`, which every object is).
     let this = unsafe { Borrowed::from_ptr(py, slf).cast_unchecked::<M::Class>() };
-    if M::pyo3_attached(&this) {
+    if M::skip_attach_count(&this) {
         // SAFETY: the arguments are CPython's, as received.
         unsafe { run::<M>(py, slf, args, nargs, kwnames) }
     } else {
         // PyO3 counts a thread as attached (a thread-local) while one of its own methods
-        // runs, and queues the Python objects dropped by a thread it does not count for
-        // its next call instead of releasing them. `attach` raises that count here, as
-        // PyO3's generated methods do, for callers outside any PyO3 call.
+        // runs, and queues a `Py` dropped by a thread it does not count until its next
+        // attach, on whichever thread, instead of releasing it at once (later, never
+        // wrongly: CPython holds the GIL for this call). `attach` raises that count here,
+        // as PyO3's generated methods do, for callers outside any PyO3 call.
         // SAFETY: the arguments are CPython's, as received.
         with_attach_count(|py| unsafe { run::<M>(py, slf, args, nargs, kwnames) })
     }

@@ -67,7 +67,7 @@ Write data to the transport (asyncio.StreamWriter.write).";
 
     type Class = PyAny;
 
-    fn pyo3_attached(_slf: &Bound<'_, PyAny>) -> bool {
+    fn skip_attach_count(_slf: &Bound<'_, PyAny>) -> bool {
         false
     }
 
@@ -94,7 +94,7 @@ Flush the write buffer (asyncio.StreamWriter.drain); native when nothing has to 
 
     type Class = PyAny;
 
-    fn pyo3_attached(_slf: &Bound<'_, PyAny>) -> bool {
+    fn skip_attach_count(_slf: &Bound<'_, PyAny>) -> bool {
         false
     }
 
