@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import warnings
 import weakref
 
@@ -341,3 +342,17 @@ def test_task_wakeups_go_through_a_subclass_call_soon(loop_kind):
     finally:
         lp.close()
     assert len(seen) >= 3, seen
+
+
+@pytest.mark.skipif(sys.maxsize < 2**32, reason="sizes are for 64-bit builds")
+def test_handles_stay_in_small_allocator_classes(loop):
+    # pymalloc serves objects in 16-byte size classes, and a burst of cross-thread posts
+    # keeps tens of thousands of handles alive at once: one word more in a handle
+    # (64-bit, plus the collector's 16-byte header) put it in the next class and cost
+    # call_soon_threadsafe ~6 % (docs/performance.md). Debug-only fields are boxed.
+    from conftest import is_rsloop_native
+
+    if not is_rsloop_native(loop):
+        pytest.skip("rsloop's native handles only")
+    assert type(loop.call_soon(print)).__basicsize__ <= 80
+    assert type(loop.call_later(3600, print)).__basicsize__ <= 104

@@ -28,6 +28,7 @@ pub fn is_context(obj: &Bound<'_, PyAny>) -> bool {
 /// `context.run(f)` for a `contextvars.Context` (see [`is_context`]), without the method
 /// lookup and argument repacking: `f` runs with `context` entered, which is exited after,
 /// whatever `f` returned.
+#[inline(always)]
 pub fn run_in_context<'py, T>(
     context: &Bound<'py, PyAny>,
     f: impl FnOnce() -> PyResult<T>,
