@@ -50,16 +50,13 @@ impl Args {
         }
     }
 
-    /// The arguments as asyncio's `Handle._args` tuple. A single argument is packed once
-    /// and kept packed, so that `h._args is h._args`, as in asyncio.
-    fn as_tuple(&mut self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        let packed = match self {
-            Args::Zero => return Ok(PyTuple::empty(py).unbind()),
-            Args::Many(t) => return Ok(t.clone_ref(py)),
-            Args::One(a) => PyTuple::new(py, [a.bind(py)])?.unbind(),
-        };
-        *self = Args::Many(packed.clone_ref(py));
-        Ok(packed)
+    /// The tuple, if the arguments are one already; else the single argument to pack.
+    fn tuple_or_single(&self, py: Python<'_>) -> Result<Py<PyTuple>, Py<PyAny>> {
+        match self {
+            Args::Zero => Ok(PyTuple::empty(py).unbind()),
+            Args::Many(t) => Ok(t.clone_ref(py)),
+            Args::One(a) => Err(a.clone_ref(py)),
+        }
     }
 
     fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
@@ -428,9 +425,30 @@ impl Handle {
 
     #[getter]
     fn _args(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
-        self.state.with(py, |st| {
-            st.args.as_mut().map(|a| a.as_tuple(py)).transpose()
-        })
+        let Some(seen) = self
+            .state
+            .with(py, |st| st.args.as_ref().map(|a| a.tuple_or_single(py)))
+        else {
+            return Ok(None);
+        };
+        let single = match seen {
+            Ok(tuple) => return Ok(Some(tuple)),
+            Err(single) => single.into_bound(py),
+        };
+        // Packed outside the cell (an allocation can run the collector, and with it
+        // Python code), then kept, so that `h._args is h._args` as in asyncio, unless the
+        // handle changed meanwhile.
+        let tuple = PyTuple::new(py, [&single])?;
+        let replaced = self.state.with(py, |st| match &st.args {
+            Some(Args::One(a)) if a.is(&single) => {
+                st.args.replace(Args::Many(tuple.clone().unbind()))
+            }
+            _ => None,
+        });
+        if let Some(old) = replaced {
+            old.drop_attached(py);
+        }
+        Ok(Some(tuple.unbind()))
     }
 
     /// Whether the loop was in debug mode when this handle was made (3.13+ formats the
