@@ -69,6 +69,19 @@ def test_handle_args_attribute_matches_asyncio(loop):
     run_once(loop)
 
 
+def test_handle_args_read_before_the_run(loop):
+    # A single argument that is a tuple stays one argument; reading `_args` before the
+    # run changes nothing about the call.
+    out = []
+    h1 = loop.call_soon(lambda *a: out.append(a), (1, 2))
+    h2 = loop.call_soon(lambda *a: out.append(a), "y")
+    assert h1._args == ((1, 2),)
+    assert h2._args == ("y",)
+    run_once(loop)
+    assert out == [((1, 2),), ("y",)]
+    assert h2._args == ("y",)
+
+
 def test_call_soon_returns_handle(loop):
     h = loop.call_soon(lambda: None)
     assert not h.cancelled()

@@ -68,7 +68,7 @@ impl Args {
     }
 
     /// Drops the objects as `Bound`s (see [`Released::drop_attached`]).
-    pub fn drop_attached(self, py: Python<'_>) {
+    fn drop_attached(self, py: Python<'_>) {
         match self {
             Args::Zero => {}
             Args::One(a) => drop(a.into_bound(py)),
@@ -291,9 +291,17 @@ impl Handle {
             None => match spare.take().map_or_else(|| new_context(py), Ok) {
                 Ok(c) => {
                     let c = c.into_bound(py);
-                    self.state
-                        .with(py, |st| st.context = Some(c.clone().unbind()));
-                    c
+                    // `new_context` can run the collector, and a finalizer could have
+                    // asked this handle for its context (`get_context()` makes one):
+                    // the one the handle holds then wins.
+                    let held = self.state.with(py, |st| {
+                        st.context
+                            .get_or_insert_with(|| c.clone().unbind())
+                            .bind(py)
+                            .clone()
+                    });
+                    drop(c);
+                    held
                 }
                 Err(e) => return RunOutcome::Raised(e),
             },
@@ -436,19 +444,23 @@ impl Handle {
             Err(single) => single.into_bound(py),
         };
         // Packed outside the cell (an allocation can run the collector, and with it
-        // Python code), then kept, so that `h._args is h._args` as in asyncio, unless the
-        // handle changed meanwhile.
+        // Python code), then kept, so that `h._args is h._args` as in asyncio. If that
+        // code read `_args` (and stored its own tuple) or cancelled the handle meanwhile,
+        // what the handle holds now is the answer.
         let tuple = PyTuple::new(py, [&single])?;
-        let replaced = self.state.with(py, |st| match &st.args {
-            Some(Args::One(a)) if a.is(&single) => {
-                st.args.replace(Args::Many(tuple.clone().unbind()))
-            }
-            _ => None,
+        let (answer, replaced) = self.state.with(py, |st| match &st.args {
+            Some(Args::One(a)) if a.is(&single) => (
+                Some(tuple.clone().unbind()),
+                st.args.replace(Args::Many(tuple.clone().unbind())),
+            ),
+            Some(Args::Many(t)) => (Some(t.clone_ref(py)), None),
+            None => (None, None),
+            Some(_) => (Some(tuple.clone().unbind()), None),
         });
         if let Some(old) = replaced {
             old.drop_attached(py);
         }
-        Ok(Some(tuple.unbind()))
+        Ok(answer)
     }
 
     /// Whether the loop was in debug mode when this handle was made (3.13+ formats the

@@ -452,23 +452,13 @@ impl Loop {
         args: Args,
         context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
+        self.check_closed()?;
         let debug = self.core.debug();
-        let checked = self.check_closed().and_then(|()| {
-            if debug {
-                format_module(py)?.call_method1(
-                    intern!(py, "check_callback"),
-                    (&callback, "call_soon_threadsafe"),
-                )?;
-            }
-            Ok(())
-        });
-        if let Err(e) = checked {
-            // PyO3 may not count this thread as attached (see `CallSoonThreadsafe`), and
-            // would hold a dropped `Py` until its next attach: released at once instead.
-            drop(callback.into_bound(py));
-            args.drop_attached(py);
-            drop(context.map(|c| c.into_bound(py)));
-            return Err(e);
+        if debug {
+            format_module(py)?.call_method1(
+                intern!(py, "check_callback"),
+                (&callback, "call_soon_threadsafe"),
+            )?;
         }
         let handle = self.make_handle(py, callback, args, context, debug)?;
         if self.on_loop_thread() {

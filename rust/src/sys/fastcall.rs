@@ -83,9 +83,10 @@ pub trait FastMethod {
     const DOC: &'static CStr;
     /// Whether the call can skip raising PyO3's count of the thread as attached: `true`
     /// when PyO3 already counts it (the caller runs inside one of PyO3's own methods), or
-    /// when the call's success path drops no `Py` (see `trampoline`). `false` is always
-    /// correct, only slower: raising the count on a thread PyO3 does not count costs a
-    /// `PyGILState_Ensure`/`Release` pair per call.
+    /// when the call's success path drops no `Py` (see `trampoline`; an error is raised
+    /// attached, `restore_attached`). `false` is always correct, only slower: raising the
+    /// count on a thread PyO3 does not count costs a `PyGILState_Ensure`/`Release` pair
+    /// per call.
     fn skip_attach_count(slf: &Bound<'_, Self::Class>) -> bool;
     /// The call itself, on `slf` (an instance of the type the method was installed on,
     /// checked by the descriptor).
@@ -194,8 +195,25 @@ unsafe fn run<M: FastMethod>(
         Ok(Err(e)) => e,
         Err(payload) => panic_error(payload),
     };
-    err.restore(py);
+    restore_attached(py, err);
     std::ptr::null_mut()
+}
+
+// Raises `err` with PyO3 counting the thread as attached. Only a method that skipped the
+// count (`FastMethod::skip_attach_count`) can be unattached here, and an error is where it
+// may have dropped a `Py` (its arguments, on the way out) and where `restore` drops the
+// error's own lazy parts: attaching releases those now, not at PyO3's next attach. On a
+// thread already counted this is a counter increment.
+#[cold]
+fn restore_attached(py: Python<'_>, err: PyErr) {
+    let mut err = Some(err);
+    let attached = catch_unwind(AssertUnwindSafe(|| {
+        Python::attach(|py| err.take().map(|e| e.restore(py)))
+    }));
+    // `attach` refused (PyO3 does while the interpreter finalizes): raised as it is.
+    if let (Err(_), Some(e)) = (attached, err) {
+        e.restore(py);
+    }
 }
 
 /// Installs `M` on its class as a method, replacing an attribute of that name.
