@@ -102,24 +102,33 @@ def count(args, loop: str, workload: str, n: int, warm: int) -> tuple[int, int]:
     return int(found.group(1)), int(data["ops"])
 
 
+def counts_at_n_and_2n(args, count):
+    """``(workload, loop, at_n, at_2n)`` for every pair of ``args.workloads`` and
+    ``args.loops`` whose two children ran, ``at_*`` being what ``count(args, loop,
+    workload, n, warm)`` returned; a child that failed is reported on stderr and the pair
+    skipped. The difference of the two runs is one N's worth, start-up cancelled out."""
+    for wl in args.workloads:
+        warm = max(1, args.n // 10)
+        for lp in args.loops:
+            try:
+                at_n = count(args, lp, wl, args.n, warm)
+                at_2n = count(args, lp, wl, 2 * args.n, warm)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"# {exc}", file=sys.stderr)
+                continue
+            yield wl, lp, at_n, at_2n
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind not found (apt-get install valgrind)", file=sys.stderr)
         return 2
     rows = {}
-    for wl in args.workloads:
-        warm = max(1, args.n // 10)
-        for lp in args.loops:
-            try:
-                i1, o1 = count(args, lp, wl, args.n, warm)
-                i2, o2 = count(args, lp, wl, 2 * args.n, warm)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                print(f"# {exc}", file=sys.stderr)
-                continue
-            per_op = (i2 - i1) / (o2 - o1) if o2 != o1 else float("nan")
-            rows[(wl, lp)] = per_op
-            print(f"  {wl:22s} {lp:16s} {per_op:10.0f} instructions/op", file=sys.stderr)
+    for wl, lp, (i1, o1), (i2, o2) in counts_at_n_and_2n(args, count):
+        per_op = (i2 - i1) / (o2 - o1) if o2 != o1 else float("nan")
+        rows[(wl, lp)] = per_op
+        print(f"  {wl:22s} {lp:16s} {per_op:10.0f} instructions/op", file=sys.stderr)
     print(f"Instructions per operation (callgrind, N={args.n} vs 2N); lower is better.\n")
     first = args.loops[0]
     header = " | ".join(args.loops)

@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from instructions import parse_counter_args  # noqa: E402
+from instructions import counts_at_n_and_2n, parse_counter_args  # noqa: E402
 from run import child_command  # noqa: E402
 
 DEFAULT_WORKLOADS = [
@@ -97,23 +97,13 @@ def main(argv=None) -> int:
         print("strace not found (apt-get install strace)", file=sys.stderr)
         return 2
     rows: dict[tuple[str, str], dict[str, float]] = {}
-    for wl in args.workloads:
-        warm = max(1, args.n // 10)
-        for lp in args.loops:
-            try:
-                c1, o1 = count(args, lp, wl, args.n, warm)
-                c2, o2 = count(args, lp, wl, 2 * args.n, warm)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                print(f"# {exc}", file=sys.stderr)
-                continue
-            if o2 == o1:
-                continue
-            per_op = {
-                name: (c2.get(name, 0) - c1.get(name, 0)) / (o2 - o1) for name in c1.keys() | c2
-            }
-            rows[(wl, lp)] = {k: v for k, v in per_op.items() if v >= SHOWN}
-            shown = ", ".join(f"{k} {v:.2f}" for k, v in sorted(rows[(wl, lp)].items()))
-            print(f"  {wl:22s} {lp:16s} {shown or '(none)'}", file=sys.stderr)
+    for wl, lp, (c1, o1), (c2, o2) in counts_at_n_and_2n(args, count):
+        if o2 == o1:
+            continue
+        per_op = {name: (c2.get(name, 0) - c1.get(name, 0)) / (o2 - o1) for name in c1.keys() | c2}
+        rows[(wl, lp)] = {k: v for k, v in per_op.items() if v >= SHOWN}
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in sorted(rows[(wl, lp)].items()))
+        print(f"  {wl:22s} {lp:16s} {shown or '(none)'}", file=sys.stderr)
     print(f"System calls per operation (strace -c, N={args.n} vs 2N; under {SHOWN} left out).\n")
     print("| workload | " + " | ".join(args.loops) + " |")
     print("|---|" + "---|" * len(args.loops))
