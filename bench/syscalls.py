@@ -28,19 +28,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import instructions  # noqa: E402
 from instructions import counts_at_n_and_2n, parse_counter_args  # noqa: E402
 from run import child_command  # noqa: E402
 
-DEFAULT_WORKLOADS = [
-    "call_soon_chain",
-    "call_soon_batch",
-    "timer_cancel",
-    "gather_tasks",
-    "future_pingpong",
-    "socket_echo",
-    "stream_echo",
-    "sock_echo",
-]
+# instructions.py's core workloads, plus the echoes: system calls are where they differ.
+DEFAULT_WORKLOADS = [*instructions.DEFAULT_WORKLOADS, "socket_echo", "stream_echo", "sock_echo"]
 SHOWN = 0.01  # calls per operation below this are left out
 
 
