@@ -34,14 +34,10 @@ pub fn run_in_context<'py, T>(
     f: impl FnOnce() -> PyResult<T>,
 ) -> PyResult<T> {
     let py = context.py();
-    if !is_context(context) {
-        return Err(pyo3::exceptions::PyTypeError::new_err(
-            "an instance of Context was expected",
-        ));
-    }
-    // SAFETY: `context` is a live Context (checked above) and the GIL is held.
-    // PyContext_Enter fails (-1, exception set) if the context is already entered, exactly as
-    // `Context.run` does; on success we always exit it below, whatever `f` returned.
+    // SAFETY: `context` is a live object and the GIL is held. PyContext_Enter checks the
+    // type itself (TypeError "an instance of Context was expected", -1) and fails (-1,
+    // exception set) if the context is already entered, exactly as `Context.run` does; on
+    // success we always exit it below, whatever `f` returned.
     if unsafe { ffi::PyContext_Enter(context.as_ptr()) } != 0 {
         return Err(PyErr::fetch(py));
     }
