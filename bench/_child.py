@@ -20,6 +20,7 @@ import resource
 import sys
 
 import workloads
+from burst import BURSTS
 from run import OURS  # rsloop builds and switches: one list
 
 NOT_INSTALLED = 3
@@ -123,7 +124,7 @@ def _pypi_rsloop():
 
 def main() -> int:
     loop_name, wl_name, n, warm_n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    fn = workloads.WORKLOADS[wl_name][0]
+    fn = {**workloads.WORKLOADS, **BURSTS}[wl_name][0]
     try:
         loop, info = make_loop(loop_name)
     except ImportError as exc:

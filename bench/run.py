@@ -29,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from burst import BURSTS  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 ALL_LOOPS = [
@@ -156,8 +157,9 @@ def split_loops_and_workloads(p, a) -> None:
         if x not in ALL_LOOPS:
             p.error(f"unknown loop {x!r}; choose from {', '.join(ALL_LOOPS)}")
     for x in a.workloads:
-        if x not in WORKLOADS:
-            p.error(f"unknown workload {x!r}; choose from {', '.join(WORKLOADS)}")
+        if x not in WORKLOADS and x not in BURSTS:
+            known = ", ".join([*WORKLOADS, *BURSTS])
+            p.error(f"unknown workload {x!r}; choose from {known}")
 
 
 def _venv_attr(option: str) -> str:
@@ -428,7 +430,8 @@ def markdown(loops, table, meta, other=None) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     col = 2 if args.quick else 1
-    sizes = {wl: max(1, int(WORKLOADS[wl][col] * args.scale)) for wl in args.workloads}
+    every = {**WORKLOADS, **BURSTS}
+    sizes = {wl: max(1, int(every[wl][col] * args.scale)) for wl in args.workloads}
     samples: dict = {}
     skipped: dict = {}
     unsupported: set = set()  # (loop, workload): the loop lacks the API; not tried again
