@@ -3,6 +3,7 @@ slow-callback warning that raises."""
 
 from __future__ import annotations
 
+import contextvars
 import gc
 import os
 import sys
@@ -36,11 +37,35 @@ def test_cycle_through_a_kept_handle_is_collected(loop, delay):
     assert ref() is None
 
 
-def test_unclosed_loop_is_collected_with_a_resource_warning(loop_kind):
+def test_cycle_through_a_kept_cancelled_handle_and_its_context_is_collected(loop):
+    # cancel() drops the callback, but the handle keeps its context, and the context
+    # holds the owner: owner -> handle -> context -> owner, cut only by the collector.
+    var = contextvars.ContextVar("owner")
+
+    def make():
+        owner = Owner.__new__(Owner)
+        var.set(owner)
+        owner.h = loop.call_soon(owner.m)
+        owner.h.cancel()
+        return weakref.ref(owner)
+
+    ref = contextvars.Context().run(make)
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    gc.collect()
+    assert ref() is None
+
+
+@pytest.mark.parametrize("delay", [None, 3600.0])
+def test_unclosed_loop_is_collected_with_a_resource_warning(loop_kind, delay):
     from conftest import make_loop
 
     lp = make_loop(loop_kind)
-    lp.call_later(3600, lp.stop)  # a pending timer that refers back to the loop
+    # A pending callback that refers back to the loop.
+    if delay is None:
+        lp.call_soon(lp.stop)
+    else:
+        lp.call_later(delay, lp.stop)
     ref = weakref.ref(lp)
     with pytest.warns(ResourceWarning, match="unclosed event loop"):
         del lp
@@ -356,3 +381,23 @@ def test_handles_stay_in_small_allocator_classes(loop):
         pytest.skip("rsloop's native handles only")
     assert type(loop.call_soon(print)).__basicsize__ <= 80
     assert type(loop.call_later(3600, print)).__basicsize__ <= 104
+
+
+def test_queued_handles_are_left_to_the_loop_and_kept_ones_tracked_after(loop):
+    # A million pending callbacks must not be walked by every collection they survive:
+    # while the loop alone runs them, the collector does not track them; one the caller
+    # keeps is tracked again once it ran or was dropped as cancelled (the cycle tests
+    # above show that such cycles are still collected).
+    from conftest import is_rsloop_native
+
+    if not is_rsloop_native(loop):
+        pytest.skip("rsloop's native handles only")
+    ran = []
+    kept = [loop.call_soon(ran.append, 1), loop.call_later(0, ran.append, 2)]
+    kept.append(loop.call_soon(ran.append, 3))
+    kept[2].cancel()
+    assert not any(gc.is_tracked(h) for h in kept)
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert ran == [1, 2]
+    assert all(gc.is_tracked(h) for h in kept)

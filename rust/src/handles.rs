@@ -14,7 +14,10 @@ use pyo3::types::{PyFloat, PyTuple};
 use pyo3::PyTraverseError;
 
 use crate::sys::gil::GilCell;
-use crate::sys::python::{is_context, new_context, run_in_context};
+use crate::sys::python::{
+    as_base, gc_track, gc_untrack, is_context, new_context, refcnt, run_in_context,
+    sole_and_untracked,
+};
 
 /// Locks a mutex whose data stays consistent even if a holder panicked (ours never runs
 /// code that can panic while locked), so poisoning is ignored.
@@ -261,6 +264,62 @@ impl Handle {
         }))
     }
 
+    /// The loop takes `handle` into one of its queues (the ready queue, the timer heap, a
+    /// freelist). While the loop owns it the collector does not track it: a million
+    /// pending callbacks would otherwise be walked by every collection they survive, and
+    /// each one's survival would bring the next full collection nearer. The loop's
+    /// `__traverse__` shows the collector what such a handle holds while the loop is its
+    /// only owner ([`Handle::traverse_queued`]); [`Handle::leave_queue`] tracks it again
+    /// when it leaves and someone else still holds it, so a cycle through a handle the
+    /// user keeps is collected as in asyncio.
+    #[inline]
+    pub fn enter_queue(handle: &Bound<'_, Handle>) {
+        gc_untrack(handle.as_any());
+    }
+
+    /// `handle` leaves the loop's queues (it ran, was cancelled, or the loop closed).
+    #[inline]
+    pub fn leave_queue(handle: &Bound<'_, Handle>) {
+        if refcnt(handle.as_any()) > 1 {
+            gc_track(handle.as_any());
+        }
+    }
+
+    /// What the loop's `__traverse__` shows of a queued handle: the handle itself if the
+    /// collector tracks it, what it holds if the loop's reference is the only one (the
+    /// handle is reachable exactly when the loop is), and nothing otherwise (the holder
+    /// keeps what it holds alive: never wrong, only conservative).
+    pub fn traverse_queued(
+        handle: &Py<Handle>,
+        visit: &PyVisit<'_>,
+    ) -> Result<(), PyTraverseError> {
+        if sole_and_untracked(handle, visit) {
+            handle.get().traverse_contents(visit)
+        } else {
+            visit.call(handle)
+        }
+    }
+
+    /// [`Handle::traverse_queued`] for a timer.
+    pub fn traverse_queued_timer(
+        timer: &Py<TimerHandle>,
+        visit: &PyVisit<'_>,
+    ) -> Result<(), PyTraverseError> {
+        Handle::traverse_queued(as_base(timer), visit)
+    }
+
+    fn traverse_contents(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(st) = self.state.peek_for_gc(visit) {
+            visit.call(&st.callback)?;
+            if let Some(args) = &st.args {
+                args.traverse(visit)?;
+            }
+            visit.call(&st.context)?;
+            visit.call(st.source_traceback())?;
+        }
+        Ok(())
+    }
+
     /// Whether `cancel()` was called.
     #[inline]
     pub fn is_cancelled(&self) -> bool {
@@ -397,15 +456,7 @@ impl Handle {
     // The collector must see what a handle holds: `self.h = loop.call_later(t, self.m)`
     // is a cycle through the handle.
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        if let Some(st) = self.state.peek_for_gc(&visit) {
-            visit.call(&st.callback)?;
-            if let Some(args) = &st.args {
-                args.traverse(&visit)?;
-            }
-            visit.call(&st.context)?;
-            visit.call(st.source_traceback())?;
-        }
-        Ok(())
+        self.traverse_contents(&visit)
     }
 
     fn __clear__(&self) {

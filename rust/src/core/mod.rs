@@ -149,11 +149,13 @@ impl LoopCore {
     /// Appends a ready handle (`call_soon`).
     #[inline]
     pub fn push_ready(&self, py: Python<'_>, handle: Py<Handle>) {
+        Handle::enter_queue(handle.bind(py));
         self.queues.with(py, |q| q.ready.push_back(handle));
     }
 
     /// Appends a ready handle from any thread and wakes the driver if it sleeps.
     pub fn push_ready_threadsafe(&self, py: Python<'_>, handle: Py<Handle>) {
+        Handle::enter_queue(handle.bind(py));
         self.queues.with(py, |q| q.ready.push_back(handle));
         // Every poster holds the GIL, so a plain add cannot lose a count.
         self.stats.threadsafe_calls.add(1);
@@ -175,16 +177,18 @@ impl LoopCore {
         }
     }
 
-    /// Shows the collector every Python object the loop's queues hold.
+    /// Shows the collector every Python object the loop's queues hold: a queued handle
+    /// the collector does not track is shown by what it holds (`Handle::traverse_queued`);
+    /// the freelists hold emptied, untracked handles, which hold nothing.
     pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         let Some(q) = self.queues.peek_for_gc(visit) else {
             return Ok(());
         };
-        for h in q.ready.iter().chain(q.free.iter()) {
-            visit.call(h)?;
+        for h in &q.ready {
+            Handle::traverse_queued(h, visit)?;
         }
-        for t in q.timers.items().chain(q.free_timers.iter()) {
-            visit.call(t)?;
+        for t in q.timers.items() {
+            Handle::traverse_queued_timer(t, visit)?;
         }
         for o in q.watchers.objects().chain(q.streams.objects()) {
             visit.call(o)?;
@@ -266,11 +270,13 @@ impl LoopCore {
 
     /// Pushes a timer onto the heap.
     pub fn push_timer(&self, py: Python<'_>, when: f64, timer: Py<TimerHandle>) {
+        Handle::enter_queue(timer.bind(py).as_super());
         self.queues.with(py, |q| q.timers.push(when, timer));
     }
 
     /// Empties every queue and drops the driver (loop close). Returns the Python objects
-    /// removed so the caller drops them with no lock held.
+    /// removed so the caller drops them with no lock held; a handle someone else still
+    /// holds is tracked by the collector again (`Handle::leave_queue`).
     pub fn clear(&self, py: Python<'_>) -> Vec<Py<PyAny>> {
         let out: Vec<Py<PyAny>> = self.queues.with(py, |q| {
             let mut out: Vec<Py<PyAny>> = Vec::new();
@@ -286,6 +292,11 @@ impl LoopCore {
             out.extend(q.free_timers.drain(..).map(Py::into_any));
             out
         });
+        for obj in &out {
+            if let Ok(h) = obj.bind(py).cast::<Handle>() {
+                Handle::leave_queue(h);
+            }
+        }
         self.cancelled_timers.store(0, Ordering::Relaxed);
         *lock(&self.waker) = None;
         if let Some(d) = lock(&self.driver).take() {

@@ -62,7 +62,7 @@ impl LoopCore {
         debug: bool,
     ) -> PyResult<()> {
         let handle = self.handle(py, callback, Args::One(arg), None, None, debug)?;
-        self.queues.with(py, |q| q.ready.push_back(handle));
+        self.push_ready(py, handle);
         Ok(())
     }
 
@@ -201,6 +201,7 @@ impl LoopCore {
             self.cancelled_timers.store(0, Ordering::Relaxed);
             for t in removed {
                 t.get().unschedule();
+                Handle::leave_queue(t.bind(py).as_super());
                 scratch.to_drop.push(t.into_any());
             }
         } else {
@@ -213,6 +214,7 @@ impl LoopCore {
                     self.cancelled_timers
                         .store(left.saturating_sub(1), Ordering::Relaxed);
                     t.get().unschedule();
+                    Handle::leave_queue(t.bind(py).as_super());
                     scratch.to_drop.push(t.into_any());
                 }
             }
@@ -454,6 +456,7 @@ impl LoopCore {
         while let Some(handle) = scratch.batch.pop_front() {
             let h = handle.get();
             if h.is_cancelled() {
+                Handle::leave_queue(handle.bind(py));
                 continue;
             }
             ran += 1;
@@ -487,6 +490,8 @@ impl LoopCore {
             }
             if outcome_is_ok {
                 self.recycle(py, handle, &mut scratch.spare_context);
+            } else {
+                Handle::leave_queue(handle.bind(py));
             }
         }
         self.stats.callbacks.add(ran);
@@ -502,14 +507,17 @@ impl LoopCore {
     fn recycle(&self, py: Python<'_>, handle: Py<Handle>, spare: &mut Option<Py<PyAny>>) {
         let (mut released, is_timer) = {
             let bound = handle.bind(py);
-            if refcnt(bound.as_any()) != 1 {
-                return;
-            }
-            let is_timer = if bound.is_exact_instance_of::<Handle>() {
-                false
+            let is_timer = if refcnt(bound.as_any()) != 1 {
+                None
+            } else if bound.is_exact_instance_of::<Handle>() {
+                Some(false)
             } else if bound.is_exact_instance_of::<TimerHandle>() {
-                true
+                Some(true)
             } else {
+                None
+            };
+            let Some(is_timer) = is_timer else {
+                Handle::leave_queue(bound);
                 return;
             };
             (bound.get().empty(py), is_timer)

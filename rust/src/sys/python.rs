@@ -141,3 +141,55 @@ pub fn context_is_empty(ctx: &Bound<'_, PyAny>) -> bool {
         None => ctx.len().map(|n| n == 0).unwrap_or(false),
     }
 }
+
+/// Takes `obj`, an object of a garbage-collected type, off the collector's lists: the
+/// collector stops walking it (and what it holds) until [`gc_track`] puts it back.
+/// A no-op for an object that is not tracked.
+#[inline]
+pub fn gc_untrack(obj: &Bound<'_, PyAny>) {
+    // SAFETY: the GIL is held and `obj` is live; PyObject_GC_UnTrack accepts any object of
+    // a GC type (ours are: PyO3 gives a class with `__traverse__` Py_TPFLAGS_HAVE_GC) and
+    // checks for itself whether it is tracked.
+    unsafe { ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) }
+}
+
+/// Puts `obj` (of a garbage-collected type) back on the collector's lists if
+/// [`gc_untrack`] took it off; a no-op if it is tracked.
+#[inline]
+pub fn gc_track(obj: &Bound<'_, PyAny>) {
+    // SAFETY: the GIL is held and `obj` is live and of a GC type whose `tp_traverse` is
+    // valid at any time; PyObject_GC_Track must not be called on a tracked object, which
+    // the PyObject_GC_IsTracked check rules out.
+    unsafe {
+        if ffi::PyObject_GC_IsTracked(obj.as_ptr()) == 0 {
+            ffi::PyObject_GC_Track(obj.as_ptr().cast());
+        }
+    }
+}
+
+/// Whether the collector tracks `obj`.
+#[inline]
+pub fn gc_is_tracked(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: the GIL is held and `obj` is live; the call only reads its GC header.
+    unsafe { ffi::PyObject_GC_IsTracked(obj.as_ptr()) != 0 }
+}
+
+/// Whether the loop's reference is the only one to `obj` and the collector does not
+/// track it: then the loop may show the collector what `obj` holds as its own (see
+/// `Handle::traverse_queued`). Called from a `__traverse__` (the `PyVisit` proves it).
+#[inline]
+pub fn sole_and_untracked<T>(obj: &Py<T>, _visit: &pyo3::gc::PyVisit<'_>) -> bool {
+    // SAFETY: CPython runs tp_traverse with the GIL held and `obj` is a live reference
+    // owned by the traversed object; both calls only read its header.
+    unsafe { ffi::Py_REFCNT(obj.as_ptr()) == 1 && ffi::PyObject_GC_IsTracked(obj.as_ptr()) == 0 }
+}
+
+/// A reference to a pyclass instance as a reference to its base class's instance, without
+/// a `Python` token (a `__traverse__` has none): `Bound::as_super` for `Py`.
+#[inline]
+pub fn as_base<T: pyo3::PyClass>(obj: &Py<T>) -> &Py<T::BaseType> {
+    // SAFETY: `Py<U>` is a `#[repr(transparent)]` pointer to the object for every `U`, and
+    // an instance of a pyclass is an instance of its base class (the cast `as_super`
+    // makes), so the same pointer is a valid `Py<T::BaseType>` for the same lifetime.
+    unsafe { &*(obj as *const Py<T>).cast::<Py<T::BaseType>>() }
+}
