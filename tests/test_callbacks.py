@@ -88,6 +88,38 @@ def test_call_soon_returns_handle(loop):
     run_once(loop)
 
 
+def test_handles_are_weak_referenceable(loop):
+    # asyncio's Handle.__slots__ has __weakref__: a WeakValueDictionary of pending
+    # handles (a common registry of timeouts) works on every loop.
+    ran = []
+    registry = weakref.WeakValueDictionary()
+    registry["soon"] = soon = loop.call_soon(ran.append, "soon")
+    registry["later"] = later = loop.call_later(0, ran.append, "later")
+    assert registry["soon"] is soon and registry["later"] is later
+    del soon, later
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    assert ran == ["soon", "later"]
+    assert len(registry) == 0
+
+
+def test_a_weakly_referenced_handle_never_runs_another_callback(loop):
+    # A loop may reuse the handle objects of callbacks that ran; one that a weak
+    # reference can still see must never come back as someone else's handle.
+    ran = []
+    refs = [weakref.ref(loop.call_soon(ran.append, i)) for i in range(100)]
+    refs += [weakref.ref(loop.call_later(0, ran.append, i)) for i in range(100, 200)]
+    loop.call_later(0.01, loop.stop)
+    loop.run_forever()
+    later = [loop.call_soon(ran.append, "later") for _ in range(200)]
+    later += [loop.call_later(0, ran.append, "later") for _ in range(200)]
+    # Each ran and was dropped, as in asyncio; one kept for reuse would still be seen.
+    assert [r for r in refs if r() is not None] == []
+    for h in later:
+        h.cancel()
+    assert ran == list(range(200))
+
+
 def test_callbacks_scheduled_by_callbacks_run_next_iteration(loop):
     iteration = [0]
     out = []

@@ -44,40 +44,28 @@ impl Args {
         }
     }
 
-    #[inline(always)]
-    fn bind<'py>(&self, py: Python<'py>) -> BoundArgs<'py> {
+    /// How a handle stores them: a shape and at most one object (the argument, or the
+    /// tuple of them), so that a handle spends one word on its arguments, not two.
+    fn split(self) -> (Shape, Option<Py<PyAny>>) {
         match self {
-            Args::Zero => BoundArgs::Zero,
-            Args::One(a) => BoundArgs::One(a.bind(py).clone()),
-            Args::Many(t) => BoundArgs::Many(t.bind(py).clone()),
+            Args::Zero => (Shape::Zero, None),
+            Args::One(a) => (Shape::One, Some(a)),
+            Args::Many(t) => (Shape::Many, Some(t.into_any())),
         }
     }
+}
 
-    /// The tuple, if the arguments are one already; else the single argument to pack.
-    fn tuple_or_single(&self, py: Python<'_>) -> Result<Py<PyTuple>, Py<PyAny>> {
-        match self {
-            Args::Zero => Ok(PyTuple::empty(py).unbind()),
-            Args::Many(t) => Ok(t.clone_ref(py)),
-            Args::One(a) => Err(a.clone_ref(py)),
-        }
-    }
-
-    fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
-        match self {
-            Args::Zero => Ok(()),
-            Args::One(a) => visit.call(a),
-            Args::Many(t) => visit.call(t),
-        }
-    }
-
-    /// Drops the objects as `Bound`s (see [`Released::drop_attached`]).
-    fn drop_attached(self, py: Python<'_>) {
-        match self {
-            Args::Zero => {}
-            Args::One(a) => drop(a.into_bound(py)),
-            Args::Many(t) => drop(t.into_bound(py)),
-        }
-    }
+/// What a handle's `arg` field holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Nothing any more: the handle was cancelled or emptied (asyncio's `_args = None`).
+    Gone,
+    /// No arguments.
+    Zero,
+    /// `arg` is the single argument.
+    One,
+    /// `arg` is the tuple of the arguments.
+    Many,
 }
 
 /// [`Args`] cloned out of a handle for one run.
@@ -116,7 +104,9 @@ impl<'py> BoundArgs<'py> {
 /// What a handle runs. The callback and arguments are dropped on cancel, as asyncio does.
 struct HandleState {
     callback: Option<Py<PyAny>>,
-    args: Option<Args>,
+    /// The argument or the tuple of them, as `shape` says ([`Args::split`]).
+    arg: Option<Py<PyAny>>,
+    shape: Shape,
     /// The context to run in; `None` with `fresh_context` means "a new empty context":
     /// the snapshot taken at scheduling time was empty, and an empty snapshot and a new
     /// empty context cannot be told apart, except that the latter is made only when the
@@ -125,8 +115,8 @@ struct HandleState {
     fresh_context: bool,
     debug: bool,
     /// What only debug mode keeps, boxed so that it costs other handles one word: a
-    /// handle of 80 bytes sits in pymalloc's 96-byte size class (with the collector's
-    /// header), where the two fields inline made it 112.
+    /// handle of 80 bytes (weak-reference slot included) sits in pymalloc's 96-byte size
+    /// class (with the collector's header), where the two fields inline made it 112.
     debug_info: Option<Box<DebugInfo>>,
 }
 
@@ -139,6 +129,30 @@ struct DebugInfo {
 }
 
 impl HandleState {
+    fn set_args(&mut self, args: Args) {
+        (self.shape, self.arg) = args.split();
+    }
+
+    /// Takes the arguments out (to drop them), as cancel() does.
+    fn take_args(&mut self) -> Option<Py<PyAny>> {
+        self.shape = Shape::Gone;
+        self.arg.take()
+    }
+
+    /// The arguments for one run; `None` once cancelled or emptied.
+    #[inline(always)]
+    fn bound_args<'py>(&self, py: Python<'py>) -> Option<BoundArgs<'py>> {
+        Some(match (self.shape, &self.arg) {
+            (Shape::Zero, _) => BoundArgs::Zero,
+            (Shape::One, Some(a)) => BoundArgs::One(a.bind(py).clone()),
+            (Shape::Many, Some(t)) => match t.bind(py).cast::<PyTuple>() {
+                Ok(t) => BoundArgs::Many(t.clone()),
+                Err(_) => BoundArgs::One(t.bind(py).clone()),
+            },
+            _ => return None,
+        })
+    }
+
     fn source_traceback(&self) -> Option<&Py<PyAny>> {
         self.debug_info.as_ref()?.source_traceback.as_ref()
     }
@@ -170,9 +184,7 @@ impl Released {
     pub fn drop_attached(self, py: Python<'_>) {
         let st = self.0;
         drop(st.callback.map(|o| o.into_bound(py)));
-        if let Some(args) = st.args {
-            args.drop_attached(py);
-        }
+        drop(st.arg.map(|o| o.into_bound(py)));
         drop(st.context.map(|o| o.into_bound(py)));
         if let Some(info) = st.debug_info {
             drop(info.source_traceback.map(|o| o.into_bound(py)));
@@ -194,7 +206,7 @@ impl Released {
 ///
 /// All mutable state sits in one GIL-guarded cell so that a finished handle nobody else
 /// references can be recycled for the next `call_soon` (see `core::Queues::free`).
-#[pyclass(frozen, subclass, module = "rsloop._rsloop", name = "Handle")]
+#[pyclass(frozen, subclass, weakref, module = "rsloop._rsloop", name = "Handle")]
 pub struct Handle {
     state: GilCell<HandleState>,
     cancelled: AtomicBool,
@@ -217,10 +229,12 @@ impl Handle {
         source_traceback: Option<Py<PyAny>>,
         debug: bool,
     ) -> Self {
+        let (shape, arg) = args.split();
         Handle {
             state: GilCell::new(HandleState {
                 callback: Some(callback),
-                args: Some(args),
+                arg,
+                shape,
                 fresh_context: context.is_none(),
                 context,
                 debug,
@@ -243,7 +257,7 @@ impl Handle {
     ) {
         self.state.with(py, |st| {
             st.callback = Some(callback);
-            st.args = Some(args);
+            st.set_args(args);
             st.fresh_context = context.is_none();
             st.context = context;
             st.debug = debug;
@@ -256,7 +270,8 @@ impl Handle {
     pub fn empty(&self, py: Python<'_>) -> Released {
         Released(self.state.with(py, |st| HandleState {
             callback: st.callback.take(),
-            args: st.args.take(),
+            shape: st.shape,
+            arg: st.take_args(),
             context: st.context.take(),
             fresh_context: std::mem::take(&mut st.fresh_context),
             debug: false,
@@ -311,9 +326,7 @@ impl Handle {
     fn traverse_contents(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         if let Some(st) = self.state.peek_for_gc(visit) {
             visit.call(&st.callback)?;
-            if let Some(args) = &st.args {
-                args.traverse(visit)?;
-            }
+            visit.call(&st.arg)?;
             visit.call(&st.context)?;
             visit.call(st.source_traceback())?;
         }
@@ -332,14 +345,16 @@ impl Handle {
     pub fn run(&self, py: Python<'_>, spare: &mut Option<Py<PyAny>>) -> RunOutcome {
         // Bound, not Py, clones: dropping a Bound is a plain decref (a Py's drop first
         // asks a thread-local whether the GIL is held).
-        let cloned = self.state.with(py, |st| match (&st.callback, &st.args) {
-            (Some(cb), Some(args)) => Some((
-                cb.bind(py).clone(),
-                args.bind(py),
-                st.context.as_ref().map(|c| c.bind(py).clone()),
-            )),
-            _ => None,
-        });
+        let cloned = self
+            .state
+            .with(py, |st| match (&st.callback, st.bound_args(py)) {
+                (Some(cb), Some(args)) => Some((
+                    cb.bind(py).clone(),
+                    args,
+                    st.context.as_ref().map(|c| c.bind(py).clone()),
+                )),
+                _ => None,
+            });
         let Some((callback, args, context)) = cloned else {
             return RunOutcome::Done;
         };
@@ -403,7 +418,7 @@ impl Handle {
         }
         let released = this
             .state
-            .with(py, |st| (st.callback.take(), st.args.take()));
+            .with(py, |st| (st.callback.take(), st.take_args()));
         drop(released);
         Ok(true)
     }
@@ -436,6 +451,11 @@ impl Handle {
         self.state
             .with(py, |st| field(st).as_ref().map(|o| o.clone_ref(py)))
     }
+}
+
+/// A handle's stored tuple of arguments (`Shape::Many`) as the tuple it is.
+fn as_tuple(py: Python<'_>, obj: Py<PyAny>) -> PyResult<Py<PyTuple>> {
+    Ok(obj.into_bound(py).cast_into::<PyTuple>()?.unbind())
 }
 
 static FORMAT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -484,34 +504,37 @@ impl Handle {
 
     #[getter]
     fn _args(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
-        let Some(seen) = self
-            .state
-            .with(py, |st| st.args.as_ref().map(|a| a.tuple_or_single(py)))
-        else {
-            return Ok(None);
-        };
+        let seen = self.state.with(py, |st| match (st.shape, &st.arg) {
+            (Shape::Zero, _) => Some(Err(None)),
+            (Shape::One, Some(a)) => Some(Err(Some(a.clone_ref(py)))),
+            (Shape::Many, Some(t)) => Some(Ok(t.clone_ref(py))),
+            _ => None,
+        });
         let single = match seen {
-            Ok(tuple) => return Ok(Some(tuple)),
-            Err(single) => single.into_bound(py),
+            None => return Ok(None),
+            Some(Ok(tuple)) => return as_tuple(py, tuple).map(Some),
+            Some(Err(None)) => return Ok(Some(PyTuple::empty(py).unbind())),
+            Some(Err(Some(single))) => single.into_bound(py),
         };
         // Packed outside the cell (an allocation can run the collector, and with it
         // Python code), then kept, so that `h._args is h._args` as in asyncio. If that
         // code read `_args` (and stored its own tuple) or cancelled the handle meanwhile,
         // what the handle holds now is the answer.
-        let tuple = PyTuple::new(py, [&single])?;
-        let (answer, replaced) = self.state.with(py, |st| match &st.args {
-            Some(Args::One(a)) if a.is(&single) => (
-                Some(tuple.clone().unbind()),
-                st.args.replace(Args::Many(tuple.clone().unbind())),
-            ),
-            Some(Args::Many(t)) => (Some(t.clone_ref(py)), None),
-            None => (None, None),
-            Some(_) => (Some(tuple.clone().unbind()), None),
+        let tuple = PyTuple::new(py, [&single])?.into_any();
+        let (answer, replaced) = self.state.with(py, |st| match (st.shape, &st.arg) {
+            (Shape::One, Some(a)) if a.is(&single) => {
+                st.shape = Shape::Many;
+                (
+                    Some(tuple.clone().unbind()),
+                    st.arg.replace(tuple.clone().unbind()),
+                )
+            }
+            (Shape::Many, Some(t)) => (Some(t.clone_ref(py)), None),
+            (Shape::Gone, _) => (None, None),
+            _ => (Some(tuple.clone().unbind()), None),
         });
-        if let Some(old) = replaced {
-            old.drop_attached(py);
-        }
-        Ok(answer)
+        drop(replaced.map(|o| o.into_bound(py)));
+        answer.map(|t| as_tuple(py, t)).transpose()
     }
 
     /// Whether the loop was in debug mode when this handle was made (3.13+ formats the

@@ -19,7 +19,7 @@ use super::{
 use crate::driver::{Completion, MultiCompletion, Op, Token};
 use crate::errors::os_error;
 use crate::handles::{lock, Args, Handle, RunOutcome, TimerHandle};
-use crate::sys::python::{context_is_empty, refcnt};
+use crate::sys::python::{context_is_empty, has_weakrefs, refcnt};
 use crate::timers::should_compact;
 
 /// A loop that has waited this long with nothing to do is idle: its handle freelists are
@@ -499,15 +499,17 @@ impl LoopCore {
     }
 
     // Puts a finished handle on its freelist if nothing but the batch referenced it (the
-    // caller dropped what call_soon/call_later returned), it is one of our exact classes,
-    // and there is room. The empty context the loop made for its run is kept in `spare`
+    // caller dropped what call_soon/call_later returned), no weak reference can see it,
+    // it is one of our exact classes, and there is room. The empty context the loop made for its run is kept in `spare`
     // for the next such run if it is still empty and nothing else references it (no
     // `Token` of a `ContextVar.set`, no `get_context()` result kept): then no callback can
     // tell it from a new one, and CPython's context allocation and free are saved.
     fn recycle(&self, py: Python<'_>, handle: Py<Handle>, spare: &mut Option<Py<PyAny>>) {
         let (mut released, is_timer) = {
             let bound = handle.bind(py);
-            let is_timer = if refcnt(bound.as_any()) != 1 {
+            // A weak reference could still see the handle: it must never turn into
+            // another callback under it.
+            let is_timer = if refcnt(bound.as_any()) != 1 || has_weakrefs(bound.as_any()) {
                 None
             } else if bound.is_exact_instance_of::<Handle>() {
                 Some(false)

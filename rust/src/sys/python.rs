@@ -193,3 +193,24 @@ pub fn as_base<T: pyo3::PyClass>(obj: &Py<T>) -> &Py<T::BaseType> {
     // makes), so the same pointer is a valid `Py<T::BaseType>` for the same lifetime.
     unsafe { &*(obj as *const Py<T>).cast::<Py<T::BaseType>>() }
 }
+
+/// Whether a weak reference to `obj` exists. `true` when its type keeps its weak
+/// references where this cannot look (a managed slot): callers only use the answer to
+/// decide whether an object may be reused, and "maybe" means no.
+pub fn has_weakrefs(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: the GIL is held and `obj` is live; a type with a positive
+    // `tp_weaklistoffset` keeps at that offset inside each instance the head of its list
+    // of weak references (NULL when there is none), which we only read.
+    unsafe {
+        let offset = (*ffi::Py_TYPE(obj.as_ptr())).tp_weaklistoffset;
+        if offset <= 0 {
+            return offset != 0;
+        }
+        let slot = obj
+            .as_ptr()
+            .cast::<u8>()
+            .offset(offset)
+            .cast::<*mut ffi::PyObject>();
+        !(*slot).is_null()
+    }
+}
