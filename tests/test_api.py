@@ -487,6 +487,29 @@ def test_spare_handles_kept_while_busy_and_trimmed_after_an_idle_second(loop):
     assert after_idle <= 1024
 
 
+def test_spare_handles_of_a_spike_are_released_while_the_loop_stays_busy(loop):
+    # After a burst far above the busy reserve, a loop that never sits idle for a second
+    # still lets the spike's spare handles go within about a second.
+    if not is_rsloop_native(loop):
+        pytest.skip("stats counters exist on rsloop's native backends only")
+    burst = 200_000
+
+    async def main():
+        for _ in range(burst):
+            loop.call_soon(int)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        after_burst = loop.stats()["spare_handles"]
+        deadline = loop.time() + 1.5
+        while loop.time() < deadline:  # busy: never a wait of a second
+            await asyncio.sleep(0.01)
+        return after_burst, loop.stats()["spare_handles"]
+
+    after_burst, after_busy_second = loop.run_until_complete(main())
+    assert after_burst >= burst
+    assert after_busy_second <= 65536
+
+
 def test_completions_take_their_handles_from_the_freelist(loop):
     # Each completion (a send through the ring, an accepted connection) reaches its
     # callback through a handle that goes back to the freelist after it ran: one taken

@@ -63,15 +63,16 @@ pub struct Queues {
     pub free_timers: Vec<Py<TimerHandle>>,
 }
 
-/// At most this many plain handles wait on the freelist while the loop is busy (112 bytes
-/// each, so at most 7 MiB, and never more than a burst the loop already held at once): a
-/// producer thread posts tens of thousands of `call_soon_threadsafe` callbacks in one GIL
-/// switch interval, and only a freelist that size keeps the collector out of it...
-pub const FREE_HANDLES_MAX: usize = 65536;
-/// ...and timers (136 bytes each), whose bursts are smaller...
-pub const FREE_TIMERS_MAX: usize = 16384;
-/// ...and this many once it has sat idle for a second: the rest is released,
-/// so an idle loop holds at most ~200 KiB of spare handles.
+/// Finished handles wait on the freelist for reuse without a fixed cap while the loop is
+/// busy: a burst of a million callbacks is followed by the next one, which then takes
+/// every handle from the freelist instead of from the allocator (whose fresh arenas cost a
+/// page fault per 4 KiB, and whose emptied ones go back to the kernel). What a spike left
+/// is released once it is over (`LoopCore::trim_after_spike`): within about a second,
+/// the freelist shrinks to twice the largest batch the loop ran meanwhile, and never
+/// below this many...
+pub const FREE_HANDLES_BUSY: usize = 65536;
+/// ...and to this many once the loop has sat idle for a second, so an idle loop holds at
+/// most ~200 KiB of spare handles.
 pub const FREE_HANDLES_IDLE: usize = 1024;
 
 /// State of one event loop.

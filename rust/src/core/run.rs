@@ -13,9 +13,7 @@ use pyo3::prelude::*;
 
 use super::streams::{Action, FlushHook, Streams};
 use super::watchers::DriverWork;
-use super::{
-    LoopCore, Queues, FREE_HANDLES_IDLE, FREE_HANDLES_MAX, FREE_TIMERS_MAX, MAX_WAIT_SECS,
-};
+use super::{LoopCore, Queues, FREE_HANDLES_BUSY, FREE_HANDLES_IDLE, MAX_WAIT_SECS};
 use crate::driver::{Completion, MultiCompletion, Op, Token};
 use crate::errors::os_error;
 use crate::handles::{lock, Args, Handle, RunOutcome, TimerHandle};
@@ -50,6 +48,9 @@ pub struct Scratch {
     /// An empty context left by a finished callback that nobody else references: the next
     /// callback scheduled from an empty context runs in it (see `LoopCore::recycle`).
     spare_context: Option<Py<PyAny>>,
+    /// Since when a freelist has held more than `FREE_HANDLES_BUSY`, and the largest
+    /// batch run since (see `LoopCore::trim_after_spike`).
+    spike: Option<(Instant, usize)>,
 }
 
 impl LoopCore {
@@ -184,7 +185,46 @@ impl LoopCore {
             q.watchers.batch_started();
         });
         scratch.to_drop.clear();
-        self.run_ready(py, loop_obj, scratch)
+        let batch = scratch.batch.len();
+        self.run_ready(py, loop_obj, scratch)?;
+        self.trim_after_spike(py, scratch, batch);
+        Ok(())
+    }
+
+    // A burst left more spare handles than the loop keeps while busy: once a second
+    // passed, keep twice the largest batch run since (the next burst of that size takes
+    // all its handles from the freelist) and release the rest. One freelist length check
+    // per iteration otherwise.
+    fn trim_after_spike(&self, py: Python<'_>, scratch: &mut Scratch, batch: usize) {
+        let spare = self
+            .queues
+            .with(py, |q| q.free.len().max(q.free_timers.len()));
+        if spare <= FREE_HANDLES_BUSY {
+            scratch.spike = None;
+            return;
+        }
+        // The batch that left the spare handles does not count: only what ran since.
+        let Some((since, peak)) = scratch.spike.as_mut() else {
+            scratch.spike = Some((Instant::now(), 0));
+            return;
+        };
+        *peak = (*peak).max(batch);
+        if since.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        let keep = FREE_HANDLES_BUSY.max(2 * *peak);
+        scratch.spike = None;
+        let excess = self.queues.with(py, |q| {
+            let mut out: Vec<Py<PyAny>> = Vec::new();
+            if q.free.len() > keep {
+                out.extend(q.free.drain(keep..).map(Py::into_any));
+            }
+            if q.free_timers.len() > keep {
+                out.extend(q.free_timers.drain(keep..).map(Py::into_any));
+            }
+            out
+        });
+        drop(excess);
     }
 
     // mirrors _run_once's first block: compact the heap when cancelled timers dominate,
@@ -500,10 +540,11 @@ impl LoopCore {
 
     // Puts a finished handle on its freelist if nothing but the batch referenced it (the
     // caller dropped what call_soon/call_later returned), no weak reference can see it,
-    // it is one of our exact classes, and there is room. The empty context the loop made for its run is kept in `spare`
-    // for the next such run if it is still empty and nothing else references it (no
-    // `Token` of a `ContextVar.set`, no `get_context()` result kept): then no callback can
-    // tell it from a new one, and CPython's context allocation and free are saved.
+    // and it is one of our exact classes. The empty context the loop made for its run is
+    // kept in `spare` for the next such run if it is still empty and nothing else
+    // references it (no `Token` of a `ContextVar.set`, no `get_context()` result kept):
+    // then no callback can tell it from a new one, and CPython's context allocation and
+    // free are saved.
     fn recycle(&self, py: Python<'_>, handle: Py<Handle>, spare: &mut Option<Py<PyAny>>) {
         let (mut released, is_timer) = {
             let bound = handle.bind(py);
@@ -533,30 +574,15 @@ impl LoopCore {
             }
         }
         released.drop_attached(py);
-        let overflow = if is_timer {
+        if is_timer {
             let Ok(timer) = handle.into_bound(py).cast_into::<TimerHandle>() else {
                 return;
             };
             let timer = timer.unbind();
-            self.queues.with(py, |q| {
-                if q.free_timers.len() < FREE_TIMERS_MAX {
-                    q.free_timers.push(timer);
-                    None
-                } else {
-                    Some(timer.into_any())
-                }
-            })
+            self.queues.with(py, |q| q.free_timers.push(timer));
         } else {
-            self.queues.with(py, |q| {
-                if q.free.len() < FREE_HANDLES_MAX {
-                    q.free.push(handle);
-                    None
-                } else {
-                    Some(handle.into_any())
-                }
-            })
-        };
-        drop(overflow);
+            self.queues.with(py, |q| q.free.push(handle));
+        }
     }
 
     // Whether either freelist holds more than an idle loop keeps.
