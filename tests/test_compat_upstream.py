@@ -306,10 +306,19 @@ def test_socket_subclass_methods_are_called(loop, protocol):
         assert "sendmsg" in calls
 
 
-def test_plain_socket_keeps_the_native_transport(loop, loop_kind):
+class NamedSocket(socket.socket):
+    """A subclass that leaves the I/O methods alone."""
+
+    def describe(self) -> str:
+        return "named"
+
+
+@pytest.mark.parametrize("cls", [socket.socket, NamedSocket])
+def test_plain_socket_keeps_the_native_transport(loop, loop_kind, cls):
     async def main():
         server, addr, _ = await tcp_echo_server(loop)
-        sock = socket.create_connection(addr)
+        sock = cls(socket.AF_INET, socket.SOCK_STREAM)
+        sock.connect(addr)
         sock.setblocking(False)
         transport, proto = await loop.create_connection(lambda: _Echoed(2), sock=sock)
         transport.write(b"ok")
