@@ -69,6 +69,30 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         self._init_unix()
         self._set_debug_native(coroutines._is_debug_mode())  # type: ignore[attr-defined]
         _malloc.apply(_set_malloc_thresholds)
+        self._check_time_source()
+
+    # ----- A Python `time` -----
+
+    # asyncio's `_run_once` reads `self.time()`, so a `time` patched on the instance
+    # (`mock.patch.object(loop, "time")`) or overridden in a subclass drives its timers.
+    # rsloop's timers read the native clock unless told that `time` is Python's: checked
+    # here when the loop is made, at each run, and whenever `time` is set or deleted on the
+    # instance (attributes of a loop are set rarely, never per callback), so the default
+    # path costs nothing per iteration. A class attribute changed during a run is seen at
+    # the next run.
+    def _check_time_source(self) -> None:
+        python_time = type(self).time is not _NativeLoop.time or "time" in self.__dict__
+        self._set_python_time(python_time)  # type: ignore[attr-defined]
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name == "time":
+            self._check_time_source()
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        if name == "time":
+            self._check_time_source()
 
     def __repr__(self) -> str:
         return (
@@ -92,6 +116,7 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         """Run until stop() is called."""
         self._check_closed()
         self._check_running()
+        self._check_time_source()
         self._set_coroutine_origin_tracking(self.get_debug())
         old_hooks = sys.get_asyncgen_hooks()
         try:

@@ -65,6 +65,9 @@ def _retry(fut: Any, sock: Any, method: str, *args: Any) -> None:
         raise
     except BaseException as exc:
         fut.set_exception(exc)
+        # The exception's traceback holds this frame: without the future in it, no
+        # exception -> frame -> future -> exception cycle outlives the failure.
+        fut = None
     else:
         if method == "accept":
             result[0].setblocking(False)
@@ -83,6 +86,7 @@ def _send_rest(fut: Any, sock: Any, view: memoryview, sent: list[int]) -> None:
         raise
     except BaseException as exc:
         fut.set_exception(exc)
+        fut = None  # no cycle through this frame (see _retry)
         return
     sent[0] += n
     if sent[0] == len(view):
@@ -105,6 +109,7 @@ def _connect_finished(fut: Any, sock: Any, address: Any) -> None:
         raise
     except BaseException as exc:
         fut.set_exception(exc)
+        fut = None  # no cycle through this frame (see _retry)
     else:
         fut.set_result(None)
 

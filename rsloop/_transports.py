@@ -268,10 +268,39 @@ class SocketTransport(_NativeTransport):
         logger.warning("socket.send() raised exception.")
 
 
+# The socket methods asyncio's selector transports call. The native cores read and write
+# the fd themselves, so a socket whose class (a `socket.socket` subclass: instrumented,
+# wrapped, rate-limited...) or instance replaces one of these would never see the calls.
+_STREAM_IO = ("recv", "recv_into", "send", "sendmsg")
+_DATAGRAM_IO = ("recvfrom", "recvfrom_into", "sendto", "send", "sendmsg")
+
+
+def _overrides(sock, names: tuple[str, ...]) -> bool:
+    """Whether ``sock`` has its own version of one of the socket methods ``names``."""
+    cls = type(sock)
+    if cls is socket.socket:
+        return False  # the common case: no lookups
+    own = getattr(sock, "__dict__", None) or {}
+    return any(
+        name in own or getattr(cls, name, None) is not getattr(socket.socket, name, None)
+        for name in names
+    )
+
+
+class _SelectorSocketTransport(selector_events._SelectorSocketTransport):  # type: ignore[name-defined,misc]
+    """asyncio's stream transport, for sockets whose I/O methods are their own (see
+    ``_STREAM_IO``) and where the native core is missing. It calls the socket's methods
+    and waits through the loop's fd watchers, which both drivers provide."""
+
+    def __repr__(self) -> str:
+        return _describe(self)
+
+
 def make_socket_transport(loop, sock, protocol, waiter=None, extra=None, server=None):
-    """A stream transport: the native one where this platform has it."""
-    if StreamCore is None:  # pragma: no cover
-        return selector_events._SelectorSocketTransport(loop, sock, protocol, waiter, extra, server)
+    """A stream transport: the native one where this platform has it, asyncio's for a
+    socket that overrides its I/O methods (asyncio's transports call them)."""
+    if StreamCore is None or _overrides(sock, _STREAM_IO):
+        return _SelectorSocketTransport(loop, sock, protocol, waiter, extra, server)
     return SocketTransport(loop, sock, protocol, waiter, extra, server)
 
 
@@ -332,7 +361,8 @@ class DatagramTransport(_NativeTransport, transports.DatagramTransport):  # type
 
 
 class _SelectorDatagramTransport(selector_events._SelectorDatagramTransport):  # type: ignore[name-defined,misc]
-    """asyncio's datagram transport, where the native core is missing."""
+    """asyncio's datagram transport, for sockets whose I/O methods are their own (see
+    ``_DATAGRAM_IO``) and where the native core is missing."""
 
     def __repr__(self) -> str:
         return _describe(self)
@@ -340,6 +370,6 @@ class _SelectorDatagramTransport(selector_events._SelectorDatagramTransport):  #
 
 def make_datagram_transport(loop, sock, protocol, address=None, waiter=None, extra=None):
     """A datagram transport: the native one where this platform has it."""
-    if DatagramCore is None:  # pragma: no cover
+    if DatagramCore is None or _overrides(sock, _DATAGRAM_IO):
         return _SelectorDatagramTransport(loop, sock, protocol, address, waiter, extra)
     return DatagramTransport(loop, sock, protocol, address, waiter, extra)

@@ -580,6 +580,10 @@ pub struct TimerHandle {
     when: AtomicU64,
     /// True while the entry sits in the loop's timer heap.
     scheduled: AtomicBool,
+    /// The deadline was an `int` given to `call_at` that f64 holds exactly: `when()` and
+    /// `_when` give it back as an `int`, as asyncio keeps what it was given (the flag
+    /// sits in the padding after `scheduled`, so the handle stays as small).
+    int_when: AtomicBool,
     /// The loop's count of cancelled entries still in the heap (asyncio's
     /// `_timer_cancelled_count`), shared so `cancel()` needs no loop reference.
     cancelled_in_heap: Arc<AtomicUsize>,
@@ -591,6 +595,7 @@ impl TimerHandle {
         TimerHandle {
             when: AtomicU64::new(when.to_bits()),
             scheduled: AtomicBool::new(true),
+            int_when: AtomicBool::new(false),
             cancelled_in_heap,
         }
     }
@@ -606,6 +611,23 @@ impl TimerHandle {
     pub fn rearm(&self, when: f64) {
         self.when.store(when.to_bits(), Ordering::Relaxed);
         self.scheduled.store(true, Ordering::Relaxed);
+        self.int_when.store(false, Ordering::Relaxed);
+    }
+
+    /// Marks the deadline as one `call_at` got as an `int` (`when` converted exactly).
+    pub fn set_int_deadline(&self) {
+        self.int_when.store(true, Ordering::Relaxed);
+    }
+
+    /// The deadline as Python sees it: the `int` `call_at` was given, else a float.
+    fn when_object(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let when = self.deadline();
+        if self.int_when.load(Ordering::Relaxed) {
+            // Exact: the flag is set only for an i64 that f64 holds.
+            Ok((when as i64).into_pyobject(py)?.into_any().unbind())
+        } else {
+            Ok(PyFloat::new(py, when).into_any().unbind())
+        }
     }
 
     /// Called by the loop when the entry leaves the heap.
@@ -616,13 +638,13 @@ impl TimerHandle {
 
 #[pymethods]
 impl TimerHandle {
-    fn when(&self) -> f64 {
-        self.deadline()
+    fn when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.when_object(py)
     }
 
     #[getter]
-    fn _when(&self) -> f64 {
-        self.deadline()
+    fn _when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.when_object(py)
     }
 
     #[getter]
@@ -634,7 +656,8 @@ impl TimerHandle {
         Handle::cancel_inner(slf.as_super()).map(|_| ())
     }
 
-    /// `hash(self.when())`, like asyncio.TimerHandle.__hash__.
+    /// `hash(self.when())`, like asyncio.TimerHandle.__hash__ (an int and the float equal
+    /// to it hash alike).
     fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
         PyFloat::new(py, self.deadline()).hash()
     }

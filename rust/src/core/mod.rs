@@ -107,6 +107,9 @@ pub struct LoopCore {
     pub stats: Stats,
     /// `time.get_clock_info('monotonic').resolution`.
     pub clock_resolution: f64,
+    /// Timers follow the loop's Python `time` (patched on the instance or overridden in a
+    /// subclass), as asyncio's `_run_once` calls `self.time()`; set by `rsloop.Loop`.
+    pub python_time: AtomicBool,
     /// Transports on io_uring send through the ring: an iteration's writes leave together,
     /// with the wait (`RSLOOP_URING_SEND=0` sends inside `write()` instead; see
     /// `docs/compatibility.md`).
@@ -131,6 +134,7 @@ impl LoopCore {
             backend: Mutex::new(backend),
             stats: Stats::default(),
             clock_resolution: crate::sys::clock::resolution(),
+            python_time: AtomicBool::new(false),
             ring_sends_allowed: std::env::var_os("RSLOOP_URING_SEND").is_none_or(|v| v != "0"),
         }
     }

@@ -114,6 +114,9 @@ impl LoopCore {
         scratch: &mut Scratch,
     ) -> PyResult<()> {
         self.stats.iterations.add(1);
+        // A Python `time` is asked first, before any work leaves the tables: if it raises,
+        // the error leaves run_forever as asyncio's would, with nothing lost.
+        let python_now = self.python_time(loop_obj)?;
         self.flush_transports(py, &mut scratch.dirty);
         // The clock is read outside the cell: on some platforms it calls into Python.
         let (now_due, next_deadline, polls_in_flight) = self.queues.with(py, |q| {
@@ -130,7 +133,7 @@ impl LoopCore {
         let mut timeout = if now_due {
             Some(0.0)
         } else {
-            next_deadline.map(|when| wait_for(when - self.time()))
+            next_deadline.map(|when| wait_for(when - python_now.unwrap_or_else(|| self.time())))
         };
         // Nothing to submit, nothing that could complete and no reason to sleep: the
         // driver has nothing to say this iteration (a call_soon chain never touches it).
@@ -162,7 +165,14 @@ impl LoopCore {
         });
         self.process_sent(py, scratch)?;
         if let Some(first) = first_deadline {
-            let end_time = self.time() + self.clock_resolution;
+            let now = match self.python_time(loop_obj) {
+                Ok(t) => t.unwrap_or_else(|| self.time()),
+                Err(e) => {
+                    scratch.to_drop.clear();
+                    return Err(e);
+                }
+            };
+            let end_time = now + self.clock_resolution;
             // Not `first < end_time`: a NaN deadline (call_at(nan)) is due, as in asyncio,
             // where `when >= end_time` is false for it.
             #[allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -225,6 +235,17 @@ impl LoopCore {
             out
         });
         drop(excess);
+    }
+
+    /// `loop.time()` when Python replaced it (see `LoopCore::python_time`), else `None`:
+    /// the native clock, read without a call.
+    #[inline]
+    fn python_time(&self, loop_obj: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+        if !self.python_time.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let now = loop_obj.call_method0(intern!(loop_obj.py(), "time"))?;
+        now.extract::<f64>().map(Some)
     }
 
     // mirrors _run_once's first block: compact the heap when cancelled timers dominate,

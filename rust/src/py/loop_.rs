@@ -142,6 +142,18 @@ impl Loop {
         Ok(())
     }
 
+    /// asyncio's (and uvloop's) private flag, read by some libraries and tests.
+    #[getter]
+    fn _closed(&self) -> bool {
+        self.core.closed.load(Ordering::Relaxed)
+    }
+
+    /// Makes timers follow the loop's Python `time` (`on`) or the native clock: called by
+    /// `rsloop.Loop` when `time` is set on the instance or overridden in a subclass.
+    fn _set_python_time(&self, on: bool) {
+        self.core.python_time.store(on, Ordering::Relaxed);
+    }
+
     #[getter]
     fn _stopping(&self) -> bool {
         self.core.stopping.load(Ordering::Relaxed)
@@ -469,10 +481,10 @@ impl Loop {
         Ok(handle)
     }
 
-    pub(super) fn call_later(
-        &self,
-        py: Python<'_>,
-        delay: &Bound<'_, PyAny>,
+    pub(super) fn call_later<'py>(
+        slf: &Bound<'py, Self>,
+        py: Python<'py>,
+        delay: &Bound<'py, PyAny>,
         callback: Py<PyAny>,
         args: Args,
         context: Option<Py<PyAny>>,
@@ -480,9 +492,16 @@ impl Loop {
         if delay.is_none() {
             return Err(PyTypeError::new_err("delay must not be None"));
         }
+        let this = slf.get();
+        if this.core.python_time.load(Ordering::Relaxed) {
+            // A Python `time` (see `_set_python_time`): asyncio's own
+            // `self.call_at(self.time() + delay, ...)`, whatever type that makes.
+            let when = slf.call_method0(intern!(py, "time"))?.add(delay)?;
+            return Loop::call_at(slf, py, &when, callback, args, context);
+        }
         // asyncio computes `self.time() + delay`: the same arithmetic, so the same
         // results and errors (TypeError for a str or Decimal, OverflowError for 10**400).
-        let now = self.core.time();
+        let now = this.core.time();
         let when = if let Ok(f) = delay.cast::<PyFloat>() {
             now + f.value()
         } else if delay.is_exact_instance_of::<PyInt>() {
@@ -490,13 +509,13 @@ impl Loop {
         } else {
             PyFloat::new(py, now).add(delay)?.extract::<f64>()?
         };
-        self.schedule_at(py, when, callback, args, context, "call_at")
+        this.schedule_at(py, when, callback, args, context, "call_at")
     }
 
-    pub(super) fn call_at(
-        &self,
-        py: Python<'_>,
-        when: &Bound<'_, PyAny>,
+    pub(super) fn call_at<'py>(
+        slf: &Bound<'py, Self>,
+        py: Python<'py>,
+        when: &Bound<'py, PyAny>,
         callback: Py<PyAny>,
         args: Args,
         context: Option<Py<PyAny>>,
@@ -504,7 +523,19 @@ impl Loop {
         if when.is_none() {
             return Err(PyTypeError::new_err("when cannot be None"));
         }
-        let when = seconds(when, "when")?;
-        self.schedule_at(py, when, callback, args, context, "call_at")
+        let deadline = seconds(when, "when")?;
+        let timer = slf
+            .get()
+            .schedule_at(py, deadline, callback, args, context, "call_at")?;
+        // asyncio keeps the `int` it was given (aiohttp rounds its deadlines up to whole
+        // seconds and reads `_when` back): so does the handle, when f64 holds it exactly.
+        if when.is_exact_instance_of::<PyInt>() {
+            if let Ok(n) = when.extract::<i64>() {
+                if deadline as i64 == n && n as f64 == deadline {
+                    timer.bind(py).get().set_int_deadline();
+                }
+            }
+        }
+        Ok(timer)
     }
 }

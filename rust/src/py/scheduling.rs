@@ -152,7 +152,7 @@ macro_rules! loop_method {
 
 /// `Loop::call_later` or `Loop::call_at`: a time, then the callback and its arguments.
 type TimerMethod = for<'py> fn(
-    &Loop,
+    &Bound<'py, Loop>,
     Python<'py>,
     &Bound<'py, PyAny>,
     Py<PyAny>,
@@ -172,7 +172,7 @@ fn schedule_timer<'py>(
     let [time, callback] = p.fixed;
     let py = slf.py();
     schedule(
-        slf.get(),
+        slf,
         py,
         &time,
         callback.to_owned().unbind(),
