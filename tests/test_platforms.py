@@ -4,6 +4,9 @@ that the package stays quiet under newer Pythons' deprecations."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -94,3 +97,126 @@ def test_python_m_rsloop_on_linux_prints_no_platform_gap(on_platform, capsys):
     out = capsys.readouterr().out
     assert "platform:" not in out
     assert "new loops run on asyncio" not in out
+
+
+# Python 3.14's deprecations, simulated on this interpreter before rsloop is imported: the
+# policy classes are reachable on ``asyncio`` only through a module __getattr__ that warns
+# (their classes stay under private names), the policy accessors and
+# ``iscoroutinefunction`` warn, as CPython 3.14's Lib/asyncio does.
+SIMULATE_314 = """
+import asyncio, sys, warnings
+from asyncio import coroutines, events, unix_events
+
+events.get_event_loop_policy()  # the default policy exists before the simulation starts
+
+def _deprecated(name):
+    warnings.warn(f"{name!r} is deprecated and slated for removal in Python 3.16",
+                  DeprecationWarning, stacklevel=3)
+
+def _warns(name, func):
+    def wrapper(*args, **kwargs):
+        _deprecated(name)
+        return func(*args, **kwargs)
+    return wrapper
+
+_moved = {
+    "DefaultEventLoopPolicy": unix_events._UnixDefaultEventLoopPolicy,
+    "AbstractEventLoopPolicy": events.AbstractEventLoopPolicy,
+}
+unix_events._DefaultEventLoopPolicy = unix_events._UnixDefaultEventLoopPolicy
+events._AbstractEventLoopPolicy = events.AbstractEventLoopPolicy
+events._BaseDefaultEventLoopPolicy = events.BaseDefaultEventLoopPolicy
+del unix_events.DefaultEventLoopPolicy
+for _name in _moved:
+    delattr(asyncio, _name)
+
+def _getattr(name):
+    if name in _moved:
+        _deprecated(f"asyncio.{name}")
+        return _moved[name]
+    raise AttributeError(f"module 'asyncio' has no attribute {name!r}")
+
+asyncio.__getattr__ = _getattr
+for _name in ("get_event_loop_policy", "set_event_loop_policy"):
+    setattr(asyncio, _name, _warns(f"asyncio.{_name}", getattr(asyncio, _name)))
+coroutines._iscoroutinefunction = coroutines.iscoroutinefunction
+coroutines.iscoroutinefunction = _warns("asyncio.iscoroutinefunction",
+                                        coroutines.iscoroutinefunction)
+asyncio.iscoroutinefunction = coroutines.iscoroutinefunction
+
+# The simulation is live: each of these now raises under -W error.
+for _probe in (lambda: asyncio.DefaultEventLoopPolicy, lambda: asyncio.AbstractEventLoopPolicy,
+               lambda: coroutines.iscoroutinefunction(print), asyncio.get_event_loop_policy):
+    try:
+        _probe()
+    except DeprecationWarning:
+        pass
+    else:
+        raise SystemExit("simulation inactive")
+"""
+
+USE_RSLOOP = """
+import asyncio, signal, sys, warnings
+import rsloop
+from asyncio import events
+from rsloop import pytest_plugin
+
+async def main():
+    loop = asyncio.get_running_loop()
+    loop.call_soon(print, "call_soon")
+    fut = loop.create_future()
+    loop.call_later(0.001, fut.set_result, "timer")
+    await fut
+    await asyncio.create_task(asyncio.sleep(0))
+    if getattr(loop, "backend", "asyncio") != "asyncio":
+        # (the stdlib loop's own check is 3.12's here, which the simulation makes warn)
+        loop.add_signal_handler(signal.SIGUSR1, print)
+        loop.remove_signal_handler(signal.SIGUSR1)
+    return type(loop).__name__
+
+print(rsloop.run(main()))
+print(rsloop.run(main(), debug=True))
+loop = rsloop.new_event_loop()
+print(loop.run_until_complete(main()))
+loop.close()
+if sys.version_info >= (3, 12):
+    print(asyncio.run(main(), loop_factory=rsloop.new_event_loop))
+policy = rsloop.EventLoopPolicy()
+assert isinstance(policy, events._AbstractEventLoopPolicy)
+loop = policy.new_event_loop()
+print(loop.run_until_complete(main()))
+loop.close()
+for make in pytest_plugin._LoopFactories("both").factories.values():
+    loop = make()
+    print(loop.run_until_complete(main()))
+    loop.close()
+print("quiet")
+"""
+
+
+@native
+def test_rsloop_is_quiet_under_python_314_deprecations():
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", "-c", SIMULATE_314 + USE_RSLOOP],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "RSLOOP_BACKEND"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-1] == "quiet"
+    assert "Loop" in proc.stdout and "SelectorEventLoop" in proc.stdout
+
+
+def test_the_314_simulation_catches_a_deprecated_read():
+    # The old rsloop._policy (a subclass of asyncio.DefaultEventLoopPolicy) under the
+    # same simulation: it must fail, or the test above proves nothing.
+    old = "import asyncio\nclass P(asyncio.DefaultEventLoopPolicy): pass\n"
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", "-c", SIMULATE_314 + old],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "DeprecationWarning: 'asyncio.DefaultEventLoopPolicy' is deprecated" in proc.stderr
