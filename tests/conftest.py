@@ -27,6 +27,16 @@ from hypothesis import HealthCheck, settings
 import rsloop
 from rsloop import _backend
 
+# `nox -s package` runs the suite against an installed wheel: the package must then come
+# from site-packages, not from this source tree.
+if os.environ.get("RSLOOP_TEST_INSTALLED") == "1":
+    _tree_pkg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rsloop")
+    _where = os.path.dirname(os.path.abspath(rsloop.__file__))
+    if _where == _tree_pkg or "site-packages" not in _where or _backend.NATIVE_ERROR is not None:
+        raise RuntimeError(
+            f"RSLOOP_TEST_INSTALLED=1, but rsloop is {_where}: {_backend.NATIVE_ERROR}"
+        )
+
 settings.register_profile(
     "fast", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
