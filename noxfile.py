@@ -10,6 +10,7 @@ import glob
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -161,9 +162,32 @@ def rust(session: nox.Session) -> None:
         session.run(*cargo, "test", "--no-default-features", external=True, env=env)
 
 
+# Pythons no interpreter here provides: the crate is type-checked against each through a
+# PyO3 config file naming the version (PyO3's PYO3_CONFIG_FILE; no interpreter needed).
+# "t" is the free-threaded build, for which the module declares that it needs the GIL.
+PAPER_PYTHONS = ["3.14", "3.15", "3.14t"]
+
+
+def _pyo3_config(version: str, where: Path) -> Path:
+    """A PyO3 interpreter config for CPython ``version`` ("3.14t": free-threaded)."""
+    free_threaded = version.endswith("t")
+    lines = [
+        "implementation=CPython",
+        f"version={version.removesuffix('t')}",
+        "shared=true",
+        f"build_flags={'Py_GIL_DISABLED' if free_threaded else ''}",
+        "suppress_build_script_link_lines=true",
+    ]
+    path = where / f"pyo3-cpython-{version}.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 @nox.session(python=False)
 def cross(session: nox.Session) -> None:
-    """`cargo check` for macOS (x86_64, aarch64) and Windows: the kqueue/IOCP paths compile."""
+    """`cargo check` for macOS (x86_64, aarch64) and Windows: the kqueue/IOCP paths compile.
+    Then the Linux build against Python 3.14, 3.15 and free-threaded 3.14t, which no
+    interpreter here provides (docs/platforms.md)."""
     env = {"PYO3_CROSS_PYTHON_VERSION": "3.12", "PYO3_NO_PYTHON": "1"}
     with session.chdir(ROOT / "rust"):
         for target in CROSS_TARGETS:
@@ -178,6 +202,19 @@ def cross(session: nox.Session) -> None:
                 "uring",
                 external=True,
                 env=env,
+            )
+        where = Path(session.create_tmp()).resolve()
+        for version in PAPER_PYTHONS:
+            config = _pyo3_config(version, where)
+            session.log(f"CPython {version}: {config.read_text().strip()!r}")
+            session.run(
+                "cargo",
+                "check",
+                "--no-default-features",
+                "--features",
+                "uring,extension-module",
+                external=True,
+                env={"PYO3_CONFIG_FILE": str(config)},
             )
 
 
@@ -214,17 +251,53 @@ print(sys.version.split()[0], rsloop.__version__, rsloop.run(main()))
 """
 
 
+# Wheels a user can install from an index: maturin links against the oldest glibc the tag
+# promises, with zig (the `ziglang` package) as the linker, and auditwheel confirms the tag
+# from the symbols the wheel needs. No musllinux wheel yet: built the same way for
+# x86_64-unknown-linux-musl, its module NEEDs `libc.so` (not `libc.musl-x86_64.so.1`), and
+# auditwheel refuses it the musllinux_1_2 tag (docs/platforms.md).
+MANYLINUX = "manylinux2014"  # = manylinux_2_17
+WHEEL_TOOLS = ["maturin>=1.9,<2", "ziglang", "auditwheel"]
+
+
+def _audit(session: nox.Session, wheel: str, tag: str) -> None:
+    out = session.run("auditwheel", "show", wheel, silent=True)
+    session.log(out.strip())
+    if f'"{tag}' not in out and f"{tag}_" not in out:
+        session.error(f"auditwheel: {wheel} is not {tag}: {out}")
+
+
 @nox.session(python=PYTHONS)
 def package(session: nox.Session) -> None:
-    """Release wheel (and, on 3.11, the sdist built as pip would): installed in this fresh
-    venv and imported from outside the source tree."""
-    session.install("maturin>=1.9,<2")
-    dist = Path(session.create_tmp()) / "dist"
+    """Per Python: a manylinux_2_17 release wheel (maturin --zig), checked with auditwheel,
+    installed in this fresh venv and imported from outside the source tree; on 3.12 the
+    whole test suite (first pass) against that installed wheel; on 3.11, the sdist built
+    as pip would."""
+    session.install(*WHEEL_TOOLS)
+    dist = Path(session.create_tmp()).resolve() / "dist"
     shutil.rmtree(dist, ignore_errors=True)
-    session.run("maturin", "build", "--release", "-q", "-i", "python", "-o", str(dist))
-    session.install("--force-reinstall", "--no-deps", *glob.glob(str(dist / "rsloop-*.whl")))
+    build = ["maturin", "build", "--release", "-q", "--zig", "-i", "python"]
+    session.run(*build, "--compatibility", MANYLINUX, "-o", str(dist / "manylinux"))
+    (wheel,) = glob.glob(str(dist / "manylinux" / "rsloop-*.whl"))
+    _audit(session, wheel, "manylinux_2_17")
+    session.install("--force-reinstall", "--no-deps", wheel)
     with session.chdir(dist):
         session.run("python", "-c", _SMOKE)
+    if session.python == "3.12":
+        session.install(*TEST_DEPS)
+        # From outside the tree, without the working directory on sys.path; conftest
+        # refuses to run if rsloop still came from the source tree.
+        with session.chdir(dist):
+            session.run(
+                "python", "-m", "pytest", str(ROOT / "tests"), "--rootdir", str(ROOT),
+                "-q", "-p", "no:cacheprovider",
+                # (create_tmp pointed TMPDIR into .nox: too long for AF_UNIX socket paths)
+                env={
+                    "PYTHONSAFEPATH": "1",
+                    "RSLOOP_TEST_INSTALLED": "1",
+                    "TMPDIR": tempfile.gettempdir(),
+                },
+            )  # fmt: skip
     if session.python == "3.11":
         session.run("maturin", "sdist", "-o", str(dist / "sdist"))
         (sdist,) = glob.glob(str(dist / "sdist" / "rsloop-*.tar.gz"))

@@ -54,6 +54,9 @@ def main() -> int:
         ok_any |= ok
         print(f"backend {kind}: {why}")
     print("backend asyncio: works (stdlib loop, the pure-Python fallback)")
+    gap = _backend.platform_gap()
+    if gap is not None:
+        print(f"platform: {gap}")
     requested = os.environ.get("RSLOOP_BACKEND", "auto")
     from . import backend, new_event_loop
 

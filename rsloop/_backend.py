@@ -3,6 +3,11 @@
 ``auto`` means io_uring where it works, else the native portable driver, else stdlib
 asyncio. If the native module cannot be imported at all, rsloop still imports and hands
 out stdlib loops; the reason is kept for :func:`rsloop.backend` and shown in debug mode.
+
+``auto`` never hands out a loop that can do less than asyncio's own on the platform: on
+Windows, where the native loop has no sockets, pipes or subprocesses yet, it gives the
+stdlib Proactor loop (with the reason, which ``python -m rsloop`` prints).
+``RSLOOP_BACKEND=poll`` still asks for the native loop there.
 """
 
 from __future__ import annotations
@@ -28,6 +33,45 @@ def requested() -> str:
     if value not in CHOICES:
         raise ValueError(f"RSLOOP_BACKEND={value!r} is not one of {', '.join(CHOICES)}")
     return value
+
+
+def _platform() -> str:
+    """``sys.platform``; a function so that tests can simulate another platform."""
+    return sys.platform
+
+
+# Platforms where the native loop lacks what asyncio's loop has, and what it lacks.
+_PLATFORM_GAPS = {
+    "win32": (
+        "on Windows rsloop's native loop has no sockets, pipes, subprocesses or signal "
+        "handlers yet (they raise NotImplementedError); asyncio's Proactor loop has them"
+    ),
+}
+
+
+def platform_gap(platform: str | None = None) -> str | None:
+    """What the native loop cannot do on ``platform`` (default: this one) that asyncio's
+    loop can, or ``None`` where it does everything asyncio's does."""
+    return _PLATFORM_GAPS.get(_platform() if platform is None else platform)
+
+
+def select(choice: str | None = None) -> tuple[str, str | None]:
+    """The loop :func:`rsloop.new_event_loop` makes for ``choice`` (default: the
+    ``RSLOOP_BACKEND`` setting): ``("native", None)`` for rsloop's ``Loop`` (which picks
+    uring or poll itself), or ``("asyncio", reason)`` for the stdlib fallback. Raises
+    ``RuntimeError`` when a native backend was named but the native module is missing."""
+    choice = requested() if choice is None else choice
+    if choice == "asyncio":
+        return "asyncio", "RSLOOP_BACKEND=asyncio"
+    if NATIVE_ERROR is not None:
+        if choice != "auto":
+            raise RuntimeError(f"rsloop: RSLOOP_BACKEND={choice} but the {NATIVE_ERROR}")
+        return "asyncio", NATIVE_ERROR
+    if choice == "auto":
+        gap = platform_gap()
+        if gap is not None:
+            return "asyncio", f"{gap} (RSLOOP_BACKEND=poll forces the native loop)"
+    return "native", None
 
 
 def _debug_enabled() -> bool:

@@ -9,11 +9,16 @@ import sys
 
 __all__ = ["FallbackLoop"]
 
-_Base = (
-    asyncio.ProactorEventLoop  # type: ignore[attr-defined]
-    if sys.platform == "win32"
-    else asyncio.SelectorEventLoop
-)
+
+def stdlib_loop_class(platform: str | None = None) -> type:
+    """The stdlib loop class asyncio itself uses on ``platform`` (default: this one):
+    Proactor on Windows (the only one with subprocesses and pipes there), else Selector."""
+    if (sys.platform if platform is None else platform) == "win32":
+        return asyncio.ProactorEventLoop  # type: ignore[attr-defined]
+    return asyncio.SelectorEventLoop
+
+
+_Base = stdlib_loop_class()
 
 
 class FallbackLoop(_Base):  # type: ignore[misc,valid-type]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from asyncio import coroutines, format_helpers
 
-from ._compat import PY313
+from ._compat import PY313, iscoroutinefunction
 
 
 def _source(callback, args, handle) -> str:
@@ -44,7 +44,7 @@ def callback_source(handle) -> str:
 
 def check_callback(callback, method: str) -> None:
     """``BaseEventLoop._check_callback`` (debug mode)."""
-    if coroutines.iscoroutine(callback) or coroutines.iscoroutinefunction(callback):
+    if coroutines.iscoroutine(callback) or iscoroutinefunction(callback):
         raise TypeError(f"coroutines cannot be used with {method}()")
     if not callable(callback):
         raise TypeError(f"a callable object was expected by {method}(), got {callback!r}")

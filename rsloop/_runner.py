@@ -17,13 +17,11 @@ __all__ = ["new_event_loop", "run"]
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """A new loop on the backend ``RSLOOP_BACKEND`` asks for (default: the best one)."""
     choice = _backend.requested()
-    if choice == "asyncio":
-        return FallbackLoop("RSLOOP_BACKEND=asyncio")
-    if _backend.NATIVE_ERROR is not None:
-        if choice != "auto":
-            raise RuntimeError(f"rsloop: RSLOOP_BACKEND={choice} but the {_backend.NATIVE_ERROR}")
-        _backend.warn_fallback(_backend.NATIVE_ERROR)
-        return FallbackLoop(_backend.NATIVE_ERROR)
+    kind, reason = _backend.select(choice)
+    if kind == "asyncio":
+        if choice == "auto":
+            _backend.warn_fallback(reason or "")
+        return FallbackLoop(reason)
     from ._loop import Loop
 
     return Loop(backend=choice)  # type: ignore[abstract]

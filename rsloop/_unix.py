@@ -29,6 +29,8 @@ from asyncio import base_events, coroutines, events
 from asyncio.log import logger
 from typing import Any
 
+from ._compat import iscoroutinefunction
+
 _Base: Any = base_events.BaseEventLoop
 
 if sys.platform != "win32":
@@ -102,7 +104,7 @@ class UnixMixin:
         Raise ValueError if the signal number is invalid or uncatchable, RuntimeError if
         the handler cannot be set up (for example outside the main thread).
         """
-        if coroutines.iscoroutine(callback) or coroutines.iscoroutinefunction(callback):
+        if coroutines.iscoroutine(callback) or iscoroutinefunction(callback):
             raise TypeError("coroutines cannot be used with add_signal_handler()")
         self._check_signal(sig)
         self._check_closed()  # type: ignore[attr-defined]

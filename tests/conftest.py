@@ -3,20 +3,39 @@
 ``loop`` is parametrised over rsloop's native backends (``uring``, ``poll``), its
 pure-asyncio fallback and stdlib asyncio itself: every behaviour test runs on each, so a
 difference from asyncio shows up as a failure. Backends this machine cannot run are
-skipped with the reason.
+skipped with the reason, except in CI (``CI=true``): there a uring or poll backend that
+cannot be made fails the test, unless ``RSLOOP_EXPECT_NO_URING=1`` declares that the
+machine has no io_uring (then uring cases skip, and .ci/tally.py allows exactly those).
+
+With ``RSLOOP_TALLY_DIR`` set, each pytest run writes one JSON file there: every test's
+outcome, the backend it ran on and, for a skip, the reason. ``.ci/tally.py`` adds them up
+per backend and fails on a uring/poll skip that is not on ``.ci/skips-allowed.json``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import sys
+import time
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 import rsloop
 from rsloop import _backend
+
+# `nox -s package` runs the suite against an installed wheel: the package must then come
+# from site-packages, not from this source tree.
+if os.environ.get("RSLOOP_TEST_INSTALLED") == "1":
+    _tree_pkg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rsloop")
+    _where = os.path.dirname(os.path.abspath(rsloop.__file__))
+    if _where == _tree_pkg or "site-packages" not in _where or _backend.NATIVE_ERROR is not None:
+        raise RuntimeError(
+            f"RSLOOP_TEST_INSTALLED=1, but rsloop is {_where}: {_backend.NATIVE_ERROR}"
+        )
 
 settings.register_profile(
     "fast", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -45,8 +64,28 @@ def _selected_backends() -> tuple[str, ...]:
     return tuple(b for b in only.split(",") if b)
 
 
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _expect_no_uring() -> bool:
+    return os.environ.get("RSLOOP_EXPECT_NO_URING", "") == "1"
+
+
+def unavailable(kind: str, why: str):
+    """Skip a case whose backend this machine cannot run; in CI, fail it instead, unless
+    the machine is declared to have no io_uring and the backend is uring."""
+    if _in_ci() and not (kind == "uring" and _expect_no_uring()):
+        pytest.fail(
+            f"CI: {kind} backend unavailable ({why}); a backend this machine supports must "
+            "run, not skip (set RSLOOP_EXPECT_NO_URING=1 on a machine without io_uring)",
+            pytrace=False,
+        )
+    pytest.skip(f"{kind} backend unavailable here: {why}")
+
+
 def make_loop(kind: str) -> asyncio.AbstractEventLoop:
-    """A fresh loop of one test backend, or pytest.skip with the reason."""
+    """A fresh loop of one test backend, or pytest.skip with the reason (a failure in CI)."""
     if kind == "asyncio":
         return asyncio.new_event_loop()
     if kind == "fallback":
@@ -54,13 +93,13 @@ def make_loop(kind: str) -> asyncio.AbstractEventLoop:
 
         return FallbackLoop("test: forced fallback")
     if _backend.NATIVE_ERROR is not None:
-        pytest.skip(_backend.NATIVE_ERROR)
+        unavailable(kind, _backend.NATIVE_ERROR)
     from rsloop._loop import Loop
 
     try:
         return Loop(backend=kind)
     except OSError as exc:
-        pytest.skip(f"{kind} backend unavailable here: {exc}")
+        unavailable(kind, str(exc))
 
 
 def is_rsloop_native(loop) -> bool:
@@ -113,3 +152,72 @@ def loop(request, loop_kind, handler_log):
 @pytest.fixture
 def rsloop_module():
     return rsloop
+
+
+# --- the per-backend tally (RSLOOP_TALLY_DIR) -------------------------------------------
+
+_TALLY_BACKEND: dict[str, str] = {}
+_TALLY: dict[str, dict] = {}
+
+
+def pytest_collection_modifyitems(items) -> None:
+    # The backend a case runs on: the ``loop`` fixture's parameter, or a test's own
+    # ``backend`` / ``choice`` parameter naming one (subprocess tests); "-" for neither.
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        kind = "-"
+        for name in ("loop_kind", "backend", "choice"):
+            value = params.get(name)
+            if isinstance(value, str) and value in BACKENDS:
+                kind = value
+                break
+        _TALLY_BACKEND[item.nodeid] = kind
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2])
+    else:
+        reason = str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_runtest_logreport(report) -> None:
+    if not os.environ.get("RSLOOP_TALLY_DIR"):
+        return
+    entry = _TALLY.setdefault(
+        report.nodeid,
+        {"backend": _TALLY_BACKEND.get(report.nodeid, "-"), "outcome": None, "reason": None},
+    )
+    if report.failed:
+        entry["outcome"] = "failed"
+    elif entry["outcome"] == "failed":
+        return
+    elif report.skipped:
+        if hasattr(report, "wasxfail"):
+            entry["outcome"] = "xfailed"
+        else:
+            entry["outcome"] = "skipped"
+            entry["reason"] = _skip_reason(report)
+    elif report.when == "call":
+        entry["outcome"] = "xpassed" if hasattr(report, "wasxfail") else "passed"
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    where = os.environ.get("RSLOOP_TALLY_DIR")
+    if not where or not _TALLY:
+        return
+    os.makedirs(where, exist_ok=True)
+    env_keys = sorted(k for k in os.environ if k.startswith("RSLOOP_") and k != "RSLOOP_TALLY_DIR")
+    record = {
+        "python": sys.version.split()[0],
+        "args": [str(a) for a in session.config.invocation_params.args],
+        "env": {k: os.environ[k] for k in env_keys}
+        | {k: os.environ[k] for k in ("PYTHONASYNCIODEBUG",) if k in os.environ},
+        "exitstatus": int(exitstatus),
+        "tests": _TALLY,
+    }
+    name = f"py{sys.version_info[0]}{sys.version_info[1]}-{time.time_ns()}-{os.getpid()}.json"
+    with open(os.path.join(where, name), "w") as f:
+        json.dump(record, f, indent=0)

@@ -20,7 +20,10 @@ use pyo3::prelude::*;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The private native module, re-exported by the `rsloop` package.
-#[pymodule]
+/// `gil_used = true`: on a free-threaded CPython (3.14t) the interpreter re-enables the GIL
+/// when it imports this module (with a RuntimeWarning naming it), since nothing here has
+/// been argued or tested thread-safe without the GIL (docs/platforms.md).
+#[pymodule(gil_used = true)]
 fn _rsloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("BUILD_URING", cfg!(uring))?;

@@ -1,6 +1,6 @@
 //! The driver contract (`driver/mod.rs`), checked on every driver this platform can build:
-//! `poll` always; `uring` (plus its old-kernel fallbacks) when a ring can be created, else
-//! skipped with the setup error printed.
+//! `poll` always; `uring` (plus its old-kernel fallbacks) on Linux, where a ring that cannot
+//! be created fails the tests unless `RSLOOP_EXPECT_NO_URING=1` declares a machine without one.
 //!
 //! Closed fds, per backend: `poll` refuses a closed fd in `submit` (`EBADF`); `uring`
 //! accepts it and completes the op with `-EBADF` in the next `wait`. Either way: no hang.
@@ -42,7 +42,16 @@ fn drivers() -> Vec<(&'static str, Driver)> {
                     Driver::Uring(UringDriver::with_options(old).expect("second ring")),
                 ));
             }
-            Err(e) => eprintln!("skipping uring: {e}"),
+            // A refused ring fails the contract, unless the machine is declared to have
+            // no io_uring.
+            Err(e) => {
+                let declared = std::env::var_os("RSLOOP_EXPECT_NO_URING").is_some_and(|v| v == "1");
+                assert!(
+                    declared,
+                    "no io_uring ring ({e}); RSLOOP_EXPECT_NO_URING=1 if none"
+                );
+                eprintln!("skipping uring (RSLOOP_EXPECT_NO_URING=1): {e}");
+            }
         }
     }
     all

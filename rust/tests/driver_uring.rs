@@ -1,6 +1,8 @@
 //! io_uring-only behaviour: setup failures and their reasons (simulated per thread with a
 //! seccomp filter, the way container runtimes refuse io_uring), the ENOMEM retry, fork, drop.
-//! Every test skips (printing the reason) when this machine cannot create a ring at all.
+//! When this machine cannot create a ring at all, every test fails, unless
+//! `RSLOOP_EXPECT_NO_URING=1` declares a machine without io_uring: then they skip, printing
+//! the reason. A refused ring must not pass as a green run.
 
 #![cfg(uring)]
 
@@ -14,14 +16,25 @@ use _rsloop::driver::uring::UringDriver;
 use _rsloop::driver::{self, Completion, Driver, DriverKind, Interest, Op, Requested};
 use _rsloop::sys;
 
-/// A ring, or `None` after printing why this machine has none.
+/// Whether the machine is declared to have no io_uring (`RSLOOP_EXPECT_NO_URING=1`).
+fn expect_no_uring() -> bool {
+    std::env::var_os("RSLOOP_EXPECT_NO_URING").is_some_and(|v| v == "1")
+}
+
+/// A ring, or `None` after printing why this machine has none, when it is declared to have
+/// none; otherwise a failure.
 fn ring() -> Option<UringDriver> {
     match UringDriver::new() {
         Ok(d) => Some(d),
         Err(e) => {
             let text = e.to_string();
             assert!(text.starts_with("io_uring"), "unreadable reason: {text}");
-            eprintln!("skipping: {text}");
+            assert!(
+                expect_no_uring(),
+                "no io_uring ring could be created ({text}); set RSLOOP_EXPECT_NO_URING=1 \
+                 only on a machine that has none"
+            );
+            eprintln!("skipping (RSLOOP_EXPECT_NO_URING=1): {text}");
             None
         }
     }
@@ -349,7 +362,10 @@ fn setup_reason_names_the_errno_via_select() {
             assert_eq!(d.kind(), DriverKind::Uring);
             assert!(reason.is_none());
         }
-        Err(e) => assert!(e.to_string().starts_with("io_uring"), "{e}"),
+        Err(e) => {
+            assert!(e.to_string().starts_with("io_uring"), "{e}");
+            assert!(expect_no_uring(), "select(Uring) failed: {e}");
+        }
     }
 }
 

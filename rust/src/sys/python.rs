@@ -6,9 +6,6 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-#[cfg(Py_GIL_DISABLED)]
-compile_error!("rsloop does not support free-threaded CPython builds yet");
-
 /// `contextvars.copy_context()`.
 pub fn copy_context(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     // SAFETY: the GIL is held (we have `py`); PyContext_CopyCurrent returns a new reference
