@@ -13,7 +13,9 @@
   the loop itself through a pidfd (Linux 5.3+): no child watcher, no thread, no SIGCHLD
   handler. Where ``pidfd_open`` is missing a thread per child waits for it instead (what
   asyncio's default ThreadedChildWatcher does). A child still running when the loop closes
-  is handed to a reaper thread, so it never stays a zombie.
+  is remembered, no thread started for it, and reaped without blocking the next time any
+  rsloop loop starts a child or closes (``_reap_orphans``): it stays a zombie at most
+  until then, and the pid cannot be reused meanwhile because it is still ours to reap.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ class UnixMixin:
                 continue  # its waiting thread reaps it
             self._remove_reader(pidfd)  # type: ignore[attr-defined]
             os.close(pidfd)
-            _reap_in_background(pid)
+            _orphans.add(pid)
+        _reap_orphans()
 
     # ----- signals -----
 
@@ -230,6 +233,7 @@ class UnixMixin:
         return transp
 
     def _watch_child(self, pid: int, transp) -> None:
+        _reap_orphans()
         try:
             pidfd = os.pidfd_open(pid)
         except (AttributeError, OSError) as exc:
@@ -281,7 +285,16 @@ def _wait_exit_status(pid: int) -> int:
         return status
 
 
-def _reap_in_background(pid: int) -> None:
-    threading.Thread(
-        target=_wait_exit_status, args=(pid,), name=f"rsloop-reap-{pid}", daemon=True
-    ).start()
+# Children of closed loops that were still running then: reaped by _reap_orphans.
+_orphans: set[int] = set()
+
+
+def _reap_orphans() -> None:
+    """Reap, without blocking, every orphaned child that has exited."""
+    for pid in list(_orphans):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid  # reaped by someone else's waitpid(-1)
+        if done:
+            _orphans.discard(pid)

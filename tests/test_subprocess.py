@@ -11,10 +11,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from conftest import is_rsloop_native
+
+import rsloop
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Unix subprocesses")
 
@@ -30,6 +33,15 @@ def run(loop, coro, timeout: float = WAIT_S):
 def is_reaped(pid: int) -> bool:
     """True once ``pid`` is neither running nor a zombie (its exit status was collected)."""
     return not os.path.exists(f"/proc/{pid}")
+
+
+def is_zombie(pid: int) -> bool:
+    """True while ``pid`` has exited and waits for its parent to collect its status."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def wait_reaped(pid: int) -> bool:
@@ -219,9 +231,20 @@ def test_child_running_when_the_loop_closes_is_reaped(loop):
     async def main():
         return await asyncio.create_subprocess_exec("sleep", "0.2")
 
+    threads = set(threading.enumerate())
     proc = run(loop, main())
     loop.close()
-    assert wait_reaped(proc.pid)
+    # No thread waits for it (asyncio 3.12+ starts none either)...
+    assert set(threading.enumerate()) <= threads
+    deadline = time.monotonic() + WAIT_S
+    while not is_zombie(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert is_zombie(proc.pid)
+    # ...and the next loop that closes reaps it without blocking.
+    from conftest import make_loop
+
+    make_loop("uring" if rsloop.backend(loop).name == "uring" else "poll").close()
+    assert is_reaped(proc.pid)
     # Dropping the never-awaited process warns, as with asyncio.
     with pytest.warns(ResourceWarning):
         del proc
