@@ -18,6 +18,7 @@ import json
 import os
 import resource
 import sys
+import time
 
 import workloads
 from burst import BURSTS
@@ -53,6 +54,28 @@ def _peak_rss_kib() -> int:
         return hwm
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return r // 1024 if sys.platform == "darwin" else r  # bytes on macOS, KiB elsewhere
+
+
+class CollectorClock:
+    """CPU seconds and count of the garbage collector's passes while ``on`` (asked for with
+    ``BENCH_GC_TIME=1``: a callback per collection costs every loop alike, a little)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.seconds = 0.0
+        self.collections = 0
+        self.full = 0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._t0 = time.process_time()
+            return
+        self.seconds += time.process_time() - self._t0
+        self.collections += 1
+        self.full += info.get("generation") == 2
 
 
 def make_loop(name: str):
@@ -136,7 +159,12 @@ def main() -> int:
         if warm_n:
             fn(loop, warm_n)
         gc.collect()
+        collector = CollectorClock()
+        if os.environ.get("BENCH_GC_TIME") == "1":
+            gc.callbacks.append(collector)
+            collector.on = True
         ops, (secs, cpu_secs) = fn(loop, n)
+        collector.on = False
         if loop_name == "rsloop-nostats" and loop.stats().get("callbacks"):
             raise RuntimeError("rsloop-nostats: this wheel counts callbacks (stats on)")
     except MISSING_API as exc:
@@ -163,6 +191,15 @@ def main() -> int:
         "peak_rss_kib": peak_kib,
         "ru_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "python": sys.version.split()[0],
+        **(
+            {
+                "gc_seconds": collector.seconds,
+                "gc_collections": collector.collections,
+                "gc_full": collector.full,
+            }
+            if os.environ.get("BENCH_GC_TIME") == "1"
+            else {}
+        ),
         "executable": sys.executable,
         "info": info,
     }

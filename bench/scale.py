@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -55,6 +56,11 @@ def parse_args(argv=None):
     p.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--syscalls", action="store_true", help="count system calls per op")
+    p.add_argument(
+        "--gc",
+        action="store_true",
+        help="also report the share of CPU the garbage collector took (BENCH_GC_TIME=1)",
+    )
     p.add_argument("--plot", default=None, metavar="PNG", help="draw cost per op against N")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--timeout", type=float, default=300.0)
@@ -71,6 +77,8 @@ def parse_args(argv=None):
         if x not in BURSTS:
             p.error(f"unknown workload {x!r}; choose from {', '.join(BURSTS)}")
     resolve_venv_options(a)
+    if a.gc:
+        os.environ["BENCH_GC_TIME"] = "1"
     return a
 
 
@@ -85,6 +93,11 @@ def summarize(runs: list[dict]) -> dict:
         "spread": (max(rates) - min(rates)) / med if med else 0.0,
         "cpu_us_per_op": statistics.median(1e6 * r["cpu_seconds"] / r["ops"] for r in ok),
         "peak_rss_mib": statistics.median(r["peak_rss_kib"] for r in ok) / 1024,
+        "gc_share": (
+            statistics.median(r["gc_seconds"] / r["cpu_seconds"] for r in ok)
+            if all("gc_seconds" in r and r["cpu_seconds"] > 0 for r in ok)
+            else None
+        ),
         "runs": len(ok),
     }
 
@@ -117,6 +130,8 @@ def markdown(args, table: dict) -> str:
                 cell += f" · {s['cpu_us_per_op']:.2f} µs · {s['peak_rss_mib']:.0f} MiB"
                 if s.get("syscalls_per_op") is not None:
                     cell += f" · {s['syscalls_per_op']:.3f} sc"
+                if s.get("gc_share") is not None:
+                    cell += f" · gc {100 * s['gc_share']:.0f}%"
                 cells.append(cell)
             out.append(f"| {n:,} | " + " | ".join(cells) + f" | {ratio(table[wl][n])} |")
         flat = []
@@ -128,6 +143,7 @@ def markdown(args, table: dict) -> str:
     out.append(
         "\nCell: median ops/s ±half the min-max spread · CPU µs per op · peak RSS"
         + (" · syscalls per op" if args.syscalls else "")
+        + (" · the collector's share of CPU" if args.gc else "")
     )
     return "\n".join(out)
 
