@@ -166,8 +166,19 @@ def _venv_attr(option: str) -> str:
     return option[2:].replace("-", "_")
 
 
+# glibc's malloc thresholds as rsloop sets them (rsloop/_malloc.py), as glibc tunables.
+SAME_MALLOC = "glibc.malloc.mmap_threshold=1048576:glibc.malloc.trim_threshold=2097152"
+
+
 def add_venv_options(p) -> None:
-    """One ``--X-python PATH`` option per loop of VENV_LOOPS."""
+    """One ``--X-python PATH`` option per loop of VENV_LOOPS, and ``--same-malloc``: the
+    process settings of every child."""
+    p.add_argument(
+        "--same-malloc",
+        action="store_true",
+        help="give every loop's process the glibc malloc thresholds rsloop sets for itself "
+        "(GLIBC_TUNABLES; rsloop then leaves them as they are), so a ratio measures the loop",
+    )
     for loop, (option, venv, holds) in VENV_LOOPS.items():
         p.add_argument(
             option,
@@ -223,6 +234,8 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
         # glibc's malloc thresholds left at their defaults (RSLOOP_TUNE_MALLOC=0): measures
         # what rsloop/_malloc.py brings.
         env["RSLOOP_TUNE_MALLOC"] = "0"
+    if getattr(args, "same_malloc", False):
+        env["GLIBC_TUNABLES"] = SAME_MALLOC
     if loop in VENV_LOOPS:
         python = getattr(args, _venv_attr(VENV_LOOPS[loop][0]))
     return [python, str(HERE / "_child.py"), loop, workload, str(n), str(warm)], env
