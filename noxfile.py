@@ -291,3 +291,33 @@ def bench_net(session: nox.Session) -> None:
     _build(session, release=True)
     session.install("uvloop", "rloop")
     session.run("python", "bench/net.py", *session.posargs)
+
+
+# The bounded stress pass CI runs on both drivers (`nox -s stress` is the full one). Each
+# script checks what it states and exits 1 otherwise; the growth bounds are in their help.
+STRESS_CI = [
+    # 1,000 connections held at once, every echo checked by SHA-256, three times over:
+    # the server's fds must come back to the start's after each wave, and its RSS may
+    # grow at most 8 MiB from the end of the first wave to the end of the third.
+    ["stress/echo_load.py", "--connections", "1000", "--waves", "3"],
+    # 100,000 posts from 8 threads, six loops in turn: each post runs once, in order; fds
+    # back after each loop; Python's allocated blocks grow < 1,000 and RSS <= 12 MiB
+    # after the two warm-up loops.
+    ["stress/threadsafe.py", "--total", "100000", "--rounds", "6"],
+    # 500 loop lifetimes after 200 warm-up ones: fds back to the start's, RSS < 2 MiB up.
+    ["stress/lifetimes.py", "--loops", "500"],
+    # Resets mid-write, half-closes, slowloris, EMFILE: still serving after each, write
+    # buffers bounded, RSS < 50 MiB up under slowloris, fds back to the start's.
+    ["stress/faults.py"],
+    # An idle loop while other threads' finalizers post to it (issue 29's state).
+    ["stress/idle_gc.py", "--seconds", "5"],
+]
+
+
+@nox.session(python="3.11")
+def stress_ci(session: nox.Session) -> None:
+    """The bounded stress pass (~1 min per driver on a debug build) that CI runs."""
+    _build(session)
+    for backend in BACKENDS:
+        for script, *args in STRESS_CI:
+            session.run("python", script, "--backend", backend, *args, *session.posargs)
