@@ -321,3 +321,73 @@ def stress_ci(session: nox.Session) -> None:
     for backend in BACKENDS:
         for script, *args in STRESS_CI:
             session.run("python", script, "--backend", backend, *args, *session.posargs)
+
+
+# What `nox -s asan -- ci` runs: the modules that drive the native core hardest (handles,
+# timers, transports, streams, datagrams, sockets, lifetimes, hostile input) and three
+# CPython conformance modules; without `ci`, the whole suite and the whole conformance.
+ASAN_CI_TESTS = [
+    "tests/test_callbacks.py",
+    "tests/test_timers.py",
+    "tests/test_transports.py",
+    "tests/test_fast_streams.py",
+    "tests/test_datagram.py",
+    "tests/test_sock.py",
+    "tests/test_lifetimes.py",
+    "tests/test_hostile.py",
+    "tests/test_reliability.py",
+]
+ASAN_CI_CONFORMANCE = ["-m", "test_events", "-m", "test_streams", "-m", "test_runners"]
+
+
+@nox.session(python="3.12")
+def asan(session: nox.Session) -> None:
+    """The extension built with AddressSanitizer (nightly Rust) under the test suite on the
+    native backends and the CPython conformance session. `-- ci`: the bounded part."""
+    import subprocess
+
+    bounded = "ci" in session.posargs
+    session.install("maturin>=1.9,<2", *TEST_DEPS)
+    libasan = subprocess.run(
+        ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not os.path.isabs(libasan):
+        session.error(f"gcc found no libasan.so ({libasan!r}): apt-get install libasan8")
+    tmp = Path(session.create_tmp())
+    dist = tmp / "asan-dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    # An instrumented extension in an uninstrumented interpreter: the ASan runtime comes
+    # from LD_PRELOAD; std stays uninstrumented (-Zbuild-std needs rust-src), hence the
+    # ABI-mismatch allowance. --target keeps the flags off build scripts and proc macros.
+    build_env = {
+        "RUSTUP_TOOLCHAIN": "nightly",
+        "RUSTFLAGS": "-Zsanitizer=address -Cunsafe-allow-abi-mismatch=sanitizer",
+        "CARGO_TARGET_DIR": str(ROOT / "rust" / "target" / "asan"),
+    }
+    session.run(
+        "maturin", "build", "--target", "x86_64-unknown-linux-gnu", "-i", "python",
+        "-o", str(dist), env=build_env,
+    )  # fmt: skip
+    session.install("--force-reinstall", "--no-deps", *glob.glob(str(dist / "rsloop-*.whl")))
+    env = {
+        "LD_PRELOAD": libasan,
+        # CPython leaks by design at exit; an error report ends the process with status 1.
+        "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1",
+        "RSLOOP_TEST_BACKENDS": "uring,poll",
+    }
+    with session.chdir(tmp):  # away from the source tree's rsloop/
+        session.run(
+            "python", "-c",
+            "import rsloop._rsloop as m; assert 'site-packages' in m.__file__, m.__file__; "
+            "print('ASan build:', m.__file__)",
+            env=env,
+        )  # fmt: skip
+    # The `pytest` script, not `python -m pytest`: the source tree must not shadow the
+    # installed, instrumented package.
+    tests = ASAN_CI_TESTS if bounded else ["tests"]
+    # test_malloc checks glibc's malloc tuning, which ASan's allocator replaces.
+    skip = ["--ignore", "tests/test_malloc.py"]
+    session.run("pytest", *tests, *skip, "-q", "-p", "no:cacheprovider", env=env)
+    runner = str(ROOT / "tests" / "conformance" / "run_cpython.py")
+    modules = ASAN_CI_CONFORMANCE if bounded else []
+    session.run("python", runner, "--backend", "uring", "--backend", "poll", *modules, env=env)
