@@ -391,3 +391,26 @@ def asan(session: nox.Session) -> None:
     runner = str(ROOT / "tests" / "conformance" / "run_cpython.py")
     modules = ASAN_CI_CONFORMANCE if bounded else []
     session.run("python", runner, "--backend", "uring", "--backend", "poll", *modules, env=env)
+
+
+FUZZ_TARGETS = ["sockaddr", "ip_text"]
+
+
+@nox.session(python=False)
+def fuzz(session: nox.Session) -> None:
+    """cargo-fuzz (nightly, libFuzzer + ASan) on the native parsers, each target for N
+    seconds (`-- N`, default 60) from its checked-in corpus in rust/fuzz/corpus/, which
+    it replays first: a crash input copied there is a regression test from then on."""
+    seconds = session.posargs[0] if session.posargs else "60"
+    if shutil.which("cargo-fuzz") is None:
+        session.run("cargo", "install", "cargo-fuzz", "--locked", external=True)
+    env = {"RUSTUP_TOOLCHAIN": "nightly"}
+    work = Path(session.create_tmp()) / "fuzz-corpus"
+    with session.chdir(ROOT / "rust" / "fuzz"):
+        for target in FUZZ_TARGETS:
+            # New inputs go to a scratch corpus; the checked-in one is only read.
+            (work / target).mkdir(parents=True, exist_ok=True)
+            session.run(
+                "cargo", "fuzz", "run", "-O", target, str(work / target), f"corpus/{target}",
+                "--", f"-max_total_time={seconds}", external=True, env=env,
+            )  # fmt: skip
