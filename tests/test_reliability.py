@@ -10,7 +10,6 @@ import asyncio
 import gc
 import importlib.util
 import itertools
-import os
 import subprocess
 import sys
 import threading
@@ -109,7 +108,7 @@ def test_idle_loop_takes_posts_from_finalizers_on_other_threads(loop):
     reason="this Python ships no test.test_asyncio",
 )
 @pytest.mark.parametrize("backend", ["uring", "poll"])
-def test_cpython_runners_idle_with_sigint_ignored(backend):
+def test_cpython_runners_idle_with_sigint_ignored(backend, tmp_path):
     """test_runners' test_asyncio_run_without_uncancel waits forever when SIGINT is
     ignored: the child must sit idle until faulthandler's per-test timeout ends it (exit
     1 with the dump), never die of a signal."""
@@ -117,7 +116,7 @@ def test_cpython_runners_idle_with_sigint_ignored(backend):
     out = subprocess.run(
         [sys.executable, str(ROOT / "stress" / "crash_hunt.py"), "--config", "runners",
          "--backend", backend, "--runs", "1", "--parallel", "1", "--idle", "3",
-         "--busy", "0", "--out", os.environ.get("TMPDIR", "/tmp") + "/rsloop-test-hunt"],
+         "--busy", "0", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
