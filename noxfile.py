@@ -298,7 +298,7 @@ def bench_net(session: nox.Session) -> None:
 STRESS_CI = [
     # 1,000 connections held at once, every echo checked by SHA-256, three times over:
     # the server's fds must come back to the start's after each wave, and its RSS may
-    # grow at most 8 MiB from the end of the first wave to the end of the third.
+    # grow at most 4 MiB from the end of the first wave to the end of the third.
     ["stress/echo_load.py", "--connections", "1000", "--waves", "3"],
     # 100,000 posts from 8 threads, six loops in turn: each post runs once, in order; fds
     # back after each loop; Python's allocated blocks grow < 1,000 and RSS <= 12 MiB

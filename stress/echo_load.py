@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--rss-growth-mib",
         type=float,
-        default=8.0,
+        default=4.0,
         help="most the server's RSS may grow from the end of the first wave to the end "
         "of the last (allocator noise, not a leak per connection)",
     )
