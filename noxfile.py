@@ -411,7 +411,7 @@ def fuzz(session: nox.Session) -> None:
     if shutil.which("cargo-fuzz") is None:
         session.run("cargo", "install", "cargo-fuzz", "--locked", external=True)
     env = {"RUSTUP_TOOLCHAIN": "nightly"}
-    work = Path(session.create_tmp()) / "fuzz-corpus"
+    work = Path(session.create_tmp()).resolve() / "fuzz-corpus"
     with session.chdir(ROOT / "rust" / "fuzz"):
         for target in FUZZ_TARGETS:
             # New inputs go to a scratch corpus; the checked-in one is only read.
