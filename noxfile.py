@@ -364,3 +364,132 @@ def bench_net(session: nox.Session) -> None:
     _build(session, release=True)
     session.install("uvloop", "rloop")
     session.run("python", "bench/net.py", *session.posargs)
+
+
+# The bounded stress pass CI runs on both drivers (`nox -s stress` is the full one). Each
+# script checks what it states and exits 1 otherwise; the growth bounds are in their help.
+STRESS_CI = [
+    # 1,000 connections held at once, every echo checked by SHA-256, three times over:
+    # the server's fds must come back to the start's after each wave, and its RSS may
+    # grow at most 4 MiB from the end of the first wave to the end of the third.
+    ["stress/echo_load.py", "--connections", "1000", "--waves", "3"],
+    # 100,000 posts from 8 threads, six loops in turn: each post runs once, in order; fds
+    # back after each loop; Python's allocated blocks grow < 1,000 and RSS <= 12 MiB
+    # after the two warm-up loops.
+    ["stress/threadsafe.py", "--total", "100000", "--rounds", "6"],
+    # 500 loop lifetimes after 200 warm-up ones: fds back to the start's, RSS < 2 MiB up.
+    ["stress/lifetimes.py", "--loops", "500"],
+    # Resets mid-write, half-closes, slowloris, EMFILE: still serving after each, write
+    # buffers bounded, RSS < 50 MiB up under slowloris, fds back to the start's.
+    ["stress/faults.py"],
+    # An idle loop while other threads' finalizers post to it (issue 29's state).
+    ["stress/idle_gc.py", "--seconds", "5"],
+]
+
+
+@nox.session(python="3.11")
+def stress_ci(session: nox.Session) -> None:
+    """The bounded stress pass CI runs: both drivers in about 30 s on a built debug extension."""
+    _build(session)
+    for backend in BACKENDS:
+        for script, *args in STRESS_CI:
+            session.run("python", script, "--backend", backend, *args, *session.posargs)
+
+
+# What `nox -s asan -- ci` runs: the modules that drive the native core hardest (handles,
+# timers, transports, streams, datagrams, sockets, lifetimes, hostile input) and three
+# CPython conformance modules; without `ci`, the whole suite and the whole conformance.
+ASAN_CI_TESTS = [
+    "tests/test_callbacks.py",
+    "tests/test_timers.py",
+    "tests/test_transports.py",
+    "tests/test_fast_streams.py",
+    "tests/test_datagram.py",
+    "tests/test_sock.py",
+    "tests/test_lifetimes.py",
+    "tests/test_hostile.py",
+    "tests/test_reliability.py",
+]
+ASAN_CI_CONFORMANCE = ["-m", "test_events", "-m", "test_streams", "-m", "test_runners"]
+
+
+@nox.session(python="3.12")
+def asan(session: nox.Session) -> None:
+    """The extension built with AddressSanitizer (nightly Rust) under the test suite on the
+    native backends and the CPython conformance session. `-- ci`: the bounded part."""
+    import subprocess
+
+    bounded = "ci" in session.posargs
+    session.install("maturin>=1.9,<2", *TEST_DEPS)
+    libasan = subprocess.run(
+        ["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not os.path.isabs(libasan):
+        session.error(f"gcc found no libasan.so ({libasan!r}): apt-get install libasan8")
+    tmp = Path(session.create_tmp())
+    dist = tmp / "asan-dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    # An instrumented extension in an uninstrumented interpreter: the ASan runtime comes
+    # from LD_PRELOAD; std stays uninstrumented (-Zbuild-std needs rust-src), hence the
+    # ABI-mismatch allowance. --target keeps the flags off build scripts and proc macros.
+    build_env = {
+        "RUSTUP_TOOLCHAIN": "nightly",
+        "RUSTFLAGS": "-Zsanitizer=address -Cunsafe-allow-abi-mismatch=sanitizer",
+        "CARGO_TARGET_DIR": str(ROOT / "rust" / "target" / "asan"),
+    }
+    session.run(
+        "maturin", "build", "--target", "x86_64-unknown-linux-gnu", "-i", "python",
+        "-o", str(dist), env=build_env,
+    )  # fmt: skip
+    session.install("--force-reinstall", "--no-deps", *glob.glob(str(dist / "rsloop-*.whl")))
+    env = {
+        "LD_PRELOAD": libasan,
+        # CPython leaks by design at exit; an error report ends the process with status 1.
+        "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1",
+        "RSLOOP_TEST_BACKENDS": "uring,poll",
+    }
+    with session.chdir(tmp):  # away from the source tree's rsloop/
+        session.run(
+            "python", "-c",
+            "import rsloop._rsloop as m; assert 'site-packages' in m.__file__, m.__file__; "
+            "print('ASan build:', m.__file__)",
+            env=env,
+        )  # fmt: skip
+    # The `pytest` script, not `python -m pytest`: the source tree must not shadow the
+    # installed, instrumented package.
+    tests = ASAN_CI_TESTS if bounded else ["tests"]
+    # test_malloc checks glibc's malloc tuning, which ASan's allocator replaces; the RSS
+    # bound on closed loops measures ASan's quarantine of freed memory (256 MiB).
+    skip = [
+        "--ignore",
+        "tests/test_malloc.py",
+        "--deselect",
+        "tests/test_lifetimes.py::test_loops_closed_with_open_connections_release_their_buffers",
+    ]
+    session.run("pytest", *tests, *skip, "-q", "-p", "no:cacheprovider", env=env)
+    runner = str(ROOT / "tests" / "conformance" / "run_cpython.py")
+    modules = ASAN_CI_CONFORMANCE if bounded else []
+    session.run("python", runner, "--backend", "uring", "--backend", "poll", *modules, env=env)
+
+
+FUZZ_TARGETS = ["sockaddr", "ip_text"]
+
+
+@nox.session(python=False)
+def fuzz(session: nox.Session) -> None:
+    """cargo-fuzz (nightly, libFuzzer + ASan) on the native parsers, each target for N
+    seconds (`-- N`, default 60) from its checked-in corpus in rust/fuzz/corpus/, which
+    it replays first: a crash input copied there is a regression test from then on."""
+    seconds = session.posargs[0] if session.posargs else "60"
+    if shutil.which("cargo-fuzz") is None:
+        session.run("cargo", "install", "cargo-fuzz", "--locked", external=True)
+    env = {"RUSTUP_TOOLCHAIN": "nightly"}
+    work = Path(session.create_tmp()).resolve() / "fuzz-corpus"
+    with session.chdir(ROOT / "rust" / "fuzz"):
+        for target in FUZZ_TARGETS:
+            # New inputs go to a scratch corpus; the checked-in one is only read.
+            (work / target).mkdir(parents=True, exist_ok=True)
+            session.run(
+                "cargo", "fuzz", "run", "-O", target, str(work / target), f"corpus/{target}",
+                "--", f"-max_total_time={seconds}", external=True, env=env,
+            )  # fmt: skip

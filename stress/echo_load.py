@@ -103,17 +103,25 @@ def serve(backend: str, backlog: int) -> None:
         server = await loop.create_server(Echo, "127.0.0.1", 0, backlog=backlog)
         port = server.sockets[0].getsockname()[1]
         print(json.dumps({"port": port, "backend": rsloop.backend().name}), flush=True)
-        # The parent closes our stdin when it is done.
-        await loop.run_in_executor(None, sys.stdin.read)
-        # The clients have closed every connection; let their EOFs arrive before the
-        # loop closes (a transport still open at close warns, as with asyncio).
-        deadline = loop.time() + 30
-        while state["open"] and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        server.close()
-        await server.wait_closed()
         import gc
 
+        # One line per request: "state" answers (once every connection the clients
+        # closed is gone) with the open fds and RSS, for the growth checks between
+        # waves; end of input ends the run.
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            # The clients have closed every connection; let their EOFs arrive (a
+            # transport still open at close warns, as with asyncio).
+            deadline = loop.time() + 30
+            while state["open"] and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            if not line or line.strip() == "quit":
+                break
+            gc.collect()
+            print(json.dumps({**state, "fds": open_fds(), "rss_mib": round(rss_mib(), 2)}),
+                  flush=True)  # fmt: skip
+        server.close()
+        await server.wait_closed()
         gc.collect()
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps({**state, "peak_rss_mib": round(peak, 1)}), flush=True)
@@ -123,6 +131,18 @@ def serve(backend: str, backlog: int) -> None:
 
     gc.collect()  # anything left unclosed warns now, and is counted
     print(json.dumps({k: state[k] for k in ("warnings", "unraisable")}), flush=True)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 # ----- clients (this process, on stdlib asyncio) -----
@@ -206,10 +226,18 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="uring", choices=["uring", "poll"])
     p.add_argument("--connections", type=int, default=10000)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--waves", type=int, default=1, help="times the whole load is repeated")
     p.add_argument("--max-size", type=int, default=16384)
     p.add_argument("--connect-concurrency", type=int, default=256)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument(
+        "--rss-growth-mib",
+        type=float,
+        default=4.0,
+        help="most the server's RSS may grow from the end of the first wave to the end "
+        "of the last (allocator noise, not a leak per connection)",
+    )
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve:
@@ -227,9 +255,22 @@ def main(argv=None) -> int:
         stdout=subprocess.PIPE,
         text=True,
     )
+
+    def server_state() -> dict:
+        server.stdin.write("state\n")
+        server.stdin.flush()
+        return json.loads(server.stdout.readline())
+
+    results = []
+    states = []
     try:
         hello = json.loads(server.stdout.readline())
-        result = asyncio.run(asyncio.wait_for(client_main(args, hello["port"]), args.timeout))
+        states.append(server_state())
+        for wave in range(args.waves):
+            wave_args = argparse.Namespace(**{**vars(args), "seed": args.seed + wave})
+            coro = client_main(wave_args, hello["port"])
+            results.append(asyncio.run(asyncio.wait_for(coro, args.timeout)))
+            states.append(server_state())
     finally:
         server.stdin.close()
         tail = server.stdout.read()
@@ -237,19 +278,47 @@ def main(argv=None) -> int:
         server.wait(timeout=60)
     lines = tail.splitlines()
     server_report = {**json.loads(lines[-2]), **json.loads(lines[-1])}
+    failures = [f for r in results for f in r["failures"]]
+    result = {
+        "waves": len(results),
+        "connections_opened": [r["connections_opened"] for r in results],
+        "open_seconds": [r["open_seconds"] for r in results],
+        "exchange_seconds": [r["exchange_seconds"] for r in results],
+        "messages_checked": sum(r["messages_checked"] for r in results),
+        "bytes_checked": sum(r["bytes_checked"] for r in results),
+        "failures": failures[:20],
+        "failure_count": sum(r["failure_count"] for r in results),
+        # The server's open fds and RSS before the first wave and after each one (every
+        # connection closed, collector run).
+        "server_fds": [s["fds"] for s in states],
+        "server_rss_mib": [s["rss_mib"] for s in states],
+    }
+    fds, rss = result["server_fds"], result["server_rss_mib"]
+    result["server_rss_growth_mib"] = round(rss[-1] - rss[1], 2) if len(rss) > 2 else None
     report = {"backend": hello["backend"], **result, "server": server_report}
     print(json.dumps(report, indent=1))
-    ok = (
-        result["failure_count"] == 0
-        and result["connections_opened"] == args.connections
-        and result["messages_checked"] == args.connections * args.rounds
-        and server_report["max_open"] == args.connections
-        and server_report["errors"] == 0
-        and server_report["warnings"] == 0
-        and server_report["unraisable"] == 0
-        and server_report["exception_handler_calls"] == 0
-        and server.returncode == 0
-    )
+    checks = {
+        "every echo checked": result["failure_count"] == 0
+        and result["messages_checked"] == args.connections * args.rounds * args.waves,
+        "every connection opened, all held at once": all(
+            n == args.connections for n in result["connections_opened"]
+        )
+        and server_report["max_open"] == args.connections,
+        "no connection lost with an error": server_report["errors"] == 0,
+        "no warning, unraisable exception or exception-handler call": (
+            server_report["warnings"] == server_report["unraisable"] == 0
+            and server_report["exception_handler_calls"] == 0
+        ),
+        "server fds back to where they started after each wave": all(f <= fds[0] for f in fds),
+        f"server RSS growth from wave 1 to wave {args.waves} <= {args.rss_growth_mib} MiB": (
+            result["server_rss_growth_mib"] is None
+            or result["server_rss_growth_mib"] <= args.rss_growth_mib
+        ),
+        "server exited 0": server.returncode == 0,
+    }
+    for name, good in checks.items():
+        print(f"{'ok  ' if good else 'FAIL'} {name}")
+    ok = all(checks.values())
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
 

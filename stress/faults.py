@@ -91,6 +91,10 @@ def serve(backend: str, fds: int) -> None:
                 break
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             report = {**state, "peak_rss_mib": round(rss, 1), "rss_mib": round(rss_now(), 1)}
+            try:  # needs an fd of its own: -1 while the server is out of them
+                report["fds"] = len(os.listdir("/proc/self/fd")) - 1
+            except OSError:
+                report["fds"] = -1
             print(json.dumps(report), flush=True)
         server.close()
 
@@ -201,6 +205,7 @@ def main(argv=None) -> int:
     try:
         hello = json.loads(server.stdout.readline())
         port = hello["port"]
+        fds_at_start = server_state()["fds"]  # before any peer: no connection counted
         checks["serving at start"] = echo_ok(port)
 
         # 1. Peers that reset while the server writes to them.
@@ -251,7 +256,15 @@ def main(argv=None) -> int:
             if not recovered:
                 time.sleep(0.2)
         checks["serving again after EMFILE"] = recovered
-        final = server_state()
+        # Every faulty peer is gone: the server's fds must come back to where they were
+        # (each closed transport closed its socket).
+        deadline = time.monotonic() + 10
+        while (final := server_state())["fds"] > fds_at_start and time.monotonic() < deadline:
+            time.sleep(0.2)
+        checks["server fds back to the start's once the peers are gone"] = (
+            0 < final["fds"] <= fds_at_start
+        )
+        checks["server fds at start / at the end"] = f"{fds_at_start} / {final['fds']}"
     finally:
         try:
             server.stdin.write("quit\n")
