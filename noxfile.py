@@ -291,3 +291,44 @@ def bench_net(session: nox.Session) -> None:
     _build(session, release=True)
     session.install("uvloop", "rloop")
     session.run("python", "bench/net.py", *session.posargs)
+
+
+def _load_upstream_suites() -> dict:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_upstream_suites", ROOT / "tests/upstream/suites.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SUITES
+
+
+@nox.session(python="3.12")
+def upstream(session: nox.Session) -> None:
+    """aiohttp, uvicorn, httpx and AnyIO's own test suites (from their sdists,
+    at the versions tests/upstream/suites.py pins) on stdlib asyncio and on rsloop's uring
+    and poll drivers, held to tests/upstream/expected.toml. `-- --subset` runs the
+    loop-heavy files only (CI); the full run writes its table into docs/compatibility.md.
+    Other arguments go to tests/upstream/run.py (--lib, --loop)."""
+    _build(session, release=True)
+    suites = _load_upstream_suites()
+    work = Path(session.create_tmp()).resolve() / "upstream"
+    sdist = work / "sdist"
+    sdist.mkdir(parents=True, exist_ok=True)
+    args = list(session.posargs)
+    chosen = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--lib"] or list(suites)
+    pins, deps = [], ["pytest>=9", "pytest-timeout"]
+    for name in chosen:
+        spec = suites[name]
+        tarball = sdist / f"{name}-{spec['version']}.tar.gz"
+        if not tarball.exists():
+            session.run("python", "-m", "pip", "download", "-q", "--no-binary", ":all:",
+                        "--no-deps", "-d", str(sdist), f"{name}=={spec['version']}")  # fmt: skip
+        extras = f"[{','.join(spec['extras'])}]" if spec.get("extras") else ""
+        pins.append(f"{name}{extras} @ {tarball.as_uri()}")
+        deps += spec["deps"]
+    # One environment for all four: the pins win over the other suites' looser bounds.
+    session.install(*pins, *deps)
+    if "--subset" not in args and not ({"--lib", "--loop"} & set(args)):
+        args += ["--write-docs", str(ROOT / "docs" / "compatibility.md")]
+    session.run("python", str(ROOT / "tests/upstream/run.py"), "--work", str(work), *args)
