@@ -332,3 +332,24 @@ def upstream(session: nox.Session) -> None:
     if "--subset" not in args and not ({"--lib", "--loop"} & set(args)):
         args += ["--write-docs", str(ROOT / "docs" / "compatibility.md")]
     session.run("python", str(ROOT / "tests/upstream/run.py"), "--work", str(work), *args)
+
+
+SERVICE_DEPS = [
+    "asyncpg==0.32.0",
+    "psycopg[binary]==3.3.9",
+    "psycopg-pool>=3.2",
+    "redis==8.1.0",
+    "grpcio==1.85.3",
+]
+
+
+@nox.session(python="3.12")
+def services(session: nox.Session) -> None:
+    """asyncpg, psycopg (async), redis-py's asyncio client and grpc.aio against real
+    servers (PostgreSQL and redis-server from Debian's packages, started by
+    tests/services/conftest.py on 127.0.0.1 with temporary data directories), each
+    scenario on asyncio, rsloop uring and rsloop poll, compared."""
+    _build(session, release=True)
+    session.install("pytest>=8", "pytest-timeout", "hypothesis>=6", *SERVICE_DEPS)
+    session.run("python", "-m", "pytest", "tests/services", "-q", "-p", "no:cacheprovider",
+                *session.posargs, env={"RSLOOP_SERVICES": "1"})  # fmt: skip

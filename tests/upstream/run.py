@@ -50,11 +50,14 @@ def unpack(work: Path, lib: str) -> Path:
     return dest
 
 
-def run_suite(work: Path, lib: str, loop: str, subset: bool, timeout: float) -> dict:
+def run_suite(work: Path, lib: str, loop: str, subset: bool, timeout: float, reuse: bool) -> dict:
     src = unpack(work, lib)
     spec = SUITES[lib]
     out = work / "results" / f"{lib}-{loop}{'-subset' if subset else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    if reuse and out.exists():
+        print(f"  {lib} {spec['version']} on {loop}: results of the last run ({out})")
+        return json.loads(out.read_text())
     out.unlink(missing_ok=True)
     env = dict(os.environ)
     env.pop("PYTHONASYNCIODEBUG", None)
@@ -192,6 +195,7 @@ def main() -> int:
     ap.add_argument("--expected", type=Path, default=HERE / "expected.toml")
     ap.add_argument("--write-docs", type=Path, help="put the table into this markdown file")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per suite run")
+    ap.add_argument("--reuse", action="store_true", help="judge the last run's results again")
     args = ap.parse_args()
     libs = args.lib or list(SUITES)
     loops = args.loop or list(LOOPS)
@@ -203,7 +207,7 @@ def main() -> int:
     problems: list[str] = []
     t0 = time.monotonic()
     for lib in libs:
-        all_results[lib] = {lp: run_suite(args.work, lib, lp, args.subset, timeout) for lp in loops}
+        all_results[lib] = {lp: run_suite(args.work, lib, lp, args.subset, timeout, args.reuse) for lp in loops}
         problems += judge(lib, all_results[lib], expected, args.subset)
     text = table(all_results, loops)
     print()
