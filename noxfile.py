@@ -296,7 +296,9 @@ def bench_net(session: nox.Session) -> None:
 def _load_upstream_suites() -> dict:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_upstream_suites", ROOT / "tests/upstream/suites.py")
+    spec = importlib.util.spec_from_file_location(
+        "_upstream_suites", ROOT / "tests/upstream/suites.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -150,8 +150,8 @@ def redis_server() -> Iterator[Server]:
     binary = _binary("redis-server")
     tmp = Path(tempfile.mkdtemp(prefix="rsloop-redis-"))
     port = free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp),
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--maxclients", "2000"]  # fmt: skip
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp), "--save", "",
+            "--appendonly", "no", "--daemonize", "no", "--maxclients", "2000"]  # fmt: skip
     server = Server(argv, port, tmp / "redis.log")
     server.url = f"redis://127.0.0.1:{port}/0"  # type: ignore[attr-defined]
     server.start()

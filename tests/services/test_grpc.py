@@ -16,13 +16,13 @@ grpc = pytest.importorskip("grpc")
 from grpc import aio  # noqa: E402
 
 
-
 def free_port() -> int:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
 
 N = 1000
 
@@ -131,8 +131,14 @@ def test_grpc_deadline_and_cancellation(on):
                 except TimeoutError as exc:
                     wait_for = type(exc).__name__
                 still = await echo(b"ok")
-                return deadline, cancelled, after_cancel, task_cancel, wait_for, still, (
-                    time.monotonic() - t0 < 10
+                return (
+                    deadline,
+                    cancelled,
+                    after_cancel,
+                    task_cancel,
+                    wait_for,
+                    still,
+                    (time.monotonic() - t0 < 10),
                 )
         finally:
             await server.stop(None)

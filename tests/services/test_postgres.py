@@ -99,7 +99,9 @@ def test_asyncpg_listen_notify(on, postgres):
         sender = await asyncpg.connect(postgres.dsn)
         got: asyncio.Queue = asyncio.Queue()
         try:
-            await listener.add_listener("ch", lambda _c, _pid, chan, payload: got.put_nowait((chan, payload)))
+            await listener.add_listener(
+                "ch", lambda _c, _pid, chan, payload: got.put_nowait((chan, payload))
+            )
             for i in range(50):
                 await sender.execute("SELECT pg_notify('ch', $1)", str(i))
             return [await asyncio.wait_for(got.get(), 10) for _ in range(50)]
@@ -130,7 +132,7 @@ def test_asyncpg_server_restart_mid_connection(on, postgres):
             await conn.close()
 
     broken, closed, value = on.same_as_asyncio(scenario)
-    # the shutdown notice usually closes the connection first: InterfaceError("connection is closed")
+    # the shutdown notice usually closes the connection first: "connection is closed"
     assert broken in ("ConnectionDoesNotExistError", "AdminShutdownError", "InterfaceError")
     assert closed and value == 2
 

@@ -24,8 +24,9 @@ import subprocess
 import sys
 import tarfile
 import time
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -70,8 +71,8 @@ def run_suite(work: Path, lib: str, loop: str, subset: bool, timeout: float, reu
         env["RSLOOP_BACKEND"] = loop
     targets = [*spec["subset"], *spec.get("subset_args", [])] if subset else ["tests"]
     # -P: the unpacked source tree must not shadow the package installed from the sdist.
-    cmd = ["nice", "-n", "10", sys.executable, "-P", "-m", "pytest", "-p",
-           "rsloop_upstream_plugin", "-q", "--no-header", "-rN", *spec["args"], *targets]  # fmt: skip
+    cmd = ["nice", "-n", "10", sys.executable, "-P", "-m", "pytest", "-p", "rsloop_upstream_plugin",
+           "-q", "--no-header", "-rN", *spec["args"], *targets]  # fmt: skip
     t0 = time.monotonic()
     log = work / "results" / f"{lib}-{loop}{'-subset' if subset else ''}.log"
     with open(log, "w") as f:
@@ -83,10 +84,14 @@ def run_suite(work: Path, lib: str, loop: str, subset: bool, timeout: float, reu
     print(f"  {lib} {spec['version']} on {loop}: exit {proc.returncode}, {elapsed:.0f} s, "
           f"{tail[0] if tail else ''}  [{log}]", flush=True)  # fmt: skip
     if not out.exists():
-        raise SystemExit(f"{lib} on {loop}: pytest wrote no results (exit {proc.returncode}); see {log}")
+        raise SystemExit(
+            f"{lib} on {loop}: pytest wrote no results (exit {proc.returncode}); see {log}"
+        )
     data = json.loads(out.read_text())
     if proc.returncode not in (0, 1):
-        raise SystemExit(f"{lib} on {loop}: pytest exit {proc.returncode} (not a test failure); see {log}")
+        raise SystemExit(
+            f"{lib} on {loop}: pytest exit {proc.returncode} (not a test failure); see {log}"
+        )
     if loop != "asyncio" and not data["loops_made"].get("rsloop"):
         raise SystemExit(f"{lib} on {loop}: no rsloop loop was made; see {log}")
     data["seconds"] = elapsed
@@ -132,7 +137,9 @@ def judge(lib: str, results: dict[str, dict], expected: list[dict], subset: bool
             hits = {n: o for n, o in tests.items() if matches(n, e["test"])}
             if not hits:
                 if not subset:
-                    problems.append(f"{lib} on {loop}: expected.toml entry matches no test: {e['test']}")
+                    problems.append(
+                        f"{lib} on {loop}: expected.toml entry matches no test: {e['test']}"
+                    )
                 continue
             if e.get("flaky"):
                 continue
@@ -171,7 +178,9 @@ def table(all_results: dict[str, dict[str, dict]], loops: list[str]) -> str:
         cells.append(str(len(diffs)))
         rows.append("| " + " | ".join(cells) + " |")
         for n in diffs:
-            per = ", ".join(f"{lp} {results[lp]['tests'].get(n, '-')}" for lp in loops if lp in results)
+            per = ", ".join(
+                f"{lp} {results[lp]['tests'].get(n, '-')}" for lp in loops if lp in results
+            )
             notes.append(f"- {lib} `{n}`: {per}")
     return "\n".join(rows + ([""] + notes if notes else []))
 
@@ -207,7 +216,9 @@ def main() -> int:
     problems: list[str] = []
     t0 = time.monotonic()
     for lib in libs:
-        all_results[lib] = {lp: run_suite(args.work, lib, lp, args.subset, timeout, args.reuse) for lp in loops}
+        all_results[lib] = {
+            lp: run_suite(args.work, lib, lp, args.subset, timeout, args.reuse) for lp in loops
+        }
         problems += judge(lib, all_results[lib], expected, args.subset)
     text = table(all_results, loops)
     print()

@@ -5,9 +5,9 @@ Each suite's tests come from the project's sdist on PyPI (``pip download --no-bi
 the test requirements the project declares (its requirements files or dependency
 groups), less coverage, linters and type checkers. ``subset`` is the ``--subset`` mode:
 the test files (or classes) that drive the loop hardest (connections, servers,
-websockets, streaming, timeouts), with ``subset_args`` added. ``args`` are pytest options the suite needs here (its own
-``addopts`` run 8 xdist workers or select markers; the marker selections are the
-project's CI defaults).
+websockets, streaming, timeouts), with ``subset_args`` added. ``args`` are pytest options
+the suite needs here (its own ``addopts`` run 8 xdist workers or select markers; the
+marker selections are the project's CI defaults).
 
 websockets is not here: its sdists from 17.0 on prune ``tests/`` entirely, and the 16.0
 sdist keeps only the top-level sans-I/O test files without the ``tests/utils.py`` and
@@ -51,8 +51,14 @@ SUITES: dict[str, dict] = {
             "re-assert",
             "coverage",  # named by aiohttp's filterwarnings
         ],
-        "args": ["-p", "no:cacheprovider", "-o", "addopts=", "-m",
-                 "not dev_mode and not autobahn and not internal"],  # fmt: skip
+        "args": [
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            "-m",
+            "not dev_mode and not autobahn and not internal",
+        ],
         "subset": [
             "tests/test_web_functional.py",
             "tests/test_web_websocket_functional.py",
@@ -112,8 +118,14 @@ SUITES: dict[str, dict] = {
         # loop; uvloop is not installed, so its parametrizations skip themselves.
         # This machine resolves "localhost" to 127.0.0.1 only (no ::1 line in /etc/hosts),
         # so the IPv6 parametrizations fail on every loop; "network" tests need Internet.
-        "args": ["-p", "no:cacheprovider", "-k", "not trio and not uvloop and not ipv6",
-                 "-m", "not network"],  # fmt: skip
+        "args": [
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "not trio and not uvloop and not ipv6",
+            "-m",
+            "not network",
+        ],
         "subset": [
             "tests/test_sockets.py::TestTCPStream",
             "tests/test_sockets.py::TestTCPListener",
