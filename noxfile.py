@@ -352,6 +352,9 @@ def services(session: nox.Session) -> None:
     tests/services/conftest.py on 127.0.0.1 with temporary data directories), each
     scenario on asyncio, rsloop uring and rsloop poll, compared."""
     _build(session, release=True)
-    session.install("pytest>=8", "pytest-timeout", "hypothesis>=6", *SERVICE_DEPS)
+    # pytest-asyncio: pyproject.toml's pytest options name it; hypothesis: tests/conftest.py
+    session.install(
+        "pytest>=8", "pytest-timeout", "hypothesis>=6", "pytest-asyncio>=1.4", *SERVICE_DEPS
+    )
     session.run("python", "-m", "pytest", "tests/services", "-q", "-p", "no:cacheprovider",
                 *session.posargs, env={"RSLOOP_SERVICES": "1"})  # fmt: skip
