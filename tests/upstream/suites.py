@@ -58,6 +58,10 @@ SUITES: dict[str, dict] = {
             "addopts=",
             "-m",
             "not dev_mode and not autobahn and not internal",
+            # These two start a fresh interpreter per aiohttp module (import cycles, import
+            # time) and make no loop: minutes of CPU on 2 cores for nothing the loop does.
+            "--ignore=tests/test_circular_imports.py",
+            "--ignore=tests/test_imports.py",
         ],
         "subset": [
             "tests/test_web_functional.py",
