@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import shutil
 import signal
 import socket
@@ -115,6 +114,8 @@ def postgres() -> Iterator[Server]:
     data, sockdir = tmp / "data", tmp / "sock"
     sockdir.mkdir()
     if user is not None:
+        import pwd  # POSIX only, like the servers
+
         pw = pwd.getpwnam(user)
         for p in (tmp, sockdir):
             os.chown(p, pw.pw_uid, pw.pw_gid)
