@@ -349,12 +349,12 @@ SERVICE_DEPS = [
 def services(session: nox.Session) -> None:
     """asyncpg, psycopg (async), redis-py's asyncio client and grpc.aio against real
     servers (PostgreSQL and redis-server from Debian's packages, started by
-    tests/services/conftest.py on 127.0.0.1 with temporary data directories), each
+    tests/services/servers.py on 127.0.0.1 with temporary data directories), each
     scenario on asyncio, rsloop uring and rsloop poll, compared."""
     _build(session, release=True)
     # pytest-asyncio: pyproject.toml's pytest options name it; hypothesis: tests/conftest.py
     session.install(
         "pytest>=8", "pytest-timeout", "hypothesis>=6", "pytest-asyncio>=1.4", *SERVICE_DEPS
     )
-    session.run("python", "-m", "pytest", "tests/services", "-q", "-p", "no:cacheprovider",
-                *session.posargs, env={"RSLOOP_SERVICES": "1"})  # fmt: skip
+    session.run("python", "-m", "pytest", "tests/services", "-o", "python_files=svc_*.py",
+                "-q", "-p", "no:cacheprovider", *session.posargs)  # fmt: skip

@@ -1,4 +1,5 @@
-"""grpcio's ``grpc.aio`` (server and client) on each loop (see conftest.py).
+# ruff: noqa: F401, F811  (fixtures imported from servers.py, then taken as parameters)
+"""grpcio's ``grpc.aio`` (server and client) on each loop (see servers.py).
 
 grpc.aio drives its own completion-queue poller beside the asyncio loop; the server is
 started by each scenario on 127.0.0.1 and stopped at its end. The service is defined
@@ -11,18 +12,10 @@ import asyncio
 import time
 
 import pytest
+from servers import free_port, on  # the fixtures (tests/services/servers.py)
 
 grpc = pytest.importorskip("grpc")
 from grpc import aio  # noqa: E402
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 N = 1000
 

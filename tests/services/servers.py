@@ -1,9 +1,11 @@
 """Real servers for the drivers' tests: PostgreSQL and Redis from Debian's packages,
 started here on 127.0.0.1 with a temporary data directory, stopped at the end.
 
-These tests run under ``bash scripts/nox -s services`` (which sets RSLOOP_SERVICES=1);
-the main suite's ``pytest tests`` skips collecting them, since it has neither the
-servers nor the drivers.
+The tests are tests/services/svc_*.py, run by ``bash scripts/nox -s services`` (pytest
+with ``-o python_files=svc_*.py``); the main suite's ``pytest tests`` does not collect
+them, since it has neither the servers nor the drivers. This module is not a conftest.py
+because the main suite imports its own as ``conftest``; the test modules import the
+fixtures from here.
 
 Every test runs on stdlib asyncio, rsloop uring and rsloop poll (the ``on`` fixture) and
 compares what it observed with what asyncio observed for the same scenario.
@@ -24,9 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-if not os.environ.get("RSLOOP_SERVICES"):
-    collect_ignore_glob = ["test_*.py"]
 
 LOOPS = ("asyncio", "uring", "poll")
 

@@ -1,4 +1,5 @@
-"""asyncpg and psycopg (async) against a real PostgreSQL, on each loop (see conftest.py)."""
+# ruff: noqa: F401, F811  (fixtures imported from servers.py, then taken as parameters)
+"""asyncpg and psycopg (async) against a real PostgreSQL, on each loop (see servers.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+from servers import on, postgres  # the fixtures (tests/services/servers.py)
 
 asyncpg = pytest.importorskip("asyncpg")
 psycopg = pytest.importorskip("psycopg")

@@ -1,4 +1,5 @@
-"""redis-py's asyncio client against a real redis-server, on each loop (see conftest.py)."""
+# ruff: noqa: F401, F811  (fixtures imported from servers.py, then taken as parameters)
+"""redis-py's asyncio client against a real redis-server, on each loop (see servers.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+from servers import on, redis_server  # the fixtures (tests/services/servers.py)
 
 aioredis = pytest.importorskip("redis.asyncio")
 redis_exceptions = pytest.importorskip("redis.exceptions")
