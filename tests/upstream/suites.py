@@ -136,6 +136,7 @@ SUITES: dict[str, dict] = {
             "tests/test_sockets.py::TestUNIXStream",
             "tests/streams/test_tls.py",
             "tests/test_from_thread.py::TestBlockingPortalProvider",
+            "tests/test_to_thread.py::TestBlockingPortalProvider",
         ],
     },
 }
