@@ -493,3 +493,70 @@ def fuzz(session: nox.Session) -> None:
                 "cargo", "fuzz", "run", "-O", target, str(work / target), f"corpus/{target}",
                 "--", f"-max_total_time={seconds}", external=True, env=env,
             )  # fmt: skip
+
+
+def _load_upstream_suites() -> dict:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_upstream_suites", ROOT / "tests/upstream/suites.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SUITES
+
+
+@nox.session(python="3.12")
+def upstream(session: nox.Session) -> None:
+    """aiohttp, uvicorn, httpx and AnyIO's own test suites (from their sdists,
+    at the versions tests/upstream/suites.py pins) on stdlib asyncio and on rsloop's uring
+    and poll drivers, held to tests/upstream/expected.toml. `-- --subset` runs the
+    loop-heavy files only (CI); the full run writes its table into docs/compatibility.md.
+    Other arguments go to tests/upstream/run.py (--lib, --loop)."""
+    _build(session, release=True)
+    suites = _load_upstream_suites()
+    work = Path(session.create_tmp()).resolve() / "upstream"
+    sdist = work / "sdist"
+    sdist.mkdir(parents=True, exist_ok=True)
+    args = list(session.posargs)
+    chosen = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--lib"] or list(suites)
+    pins, deps = [], ["pytest>=9", "pytest-timeout"]
+    for name in chosen:
+        spec = suites[name]
+        tarball = sdist / f"{name}-{spec['version']}.tar.gz"
+        if not tarball.exists():
+            session.run("python", "-m", "pip", "download", "-q", "--no-binary", ":all:",
+                        "--no-deps", "-d", str(sdist), f"{name}=={spec['version']}")  # fmt: skip
+        extras = f"[{','.join(spec['extras'])}]" if spec.get("extras") else ""
+        pins.append(f"{name}{extras} @ {tarball.as_uri()}")
+        deps += spec["deps"]
+    # One environment for all four: the pins win over the other suites' looser bounds.
+    session.install(*pins, *deps)
+    if "--subset" not in args and "--loop" not in args:
+        args += ["--write-docs", str(ROOT / "docs" / "compatibility.md")]
+    session.run("python", str(ROOT / "tests/upstream/run.py"), "--work", str(work), *args)
+
+
+SERVICE_DEPS = [
+    "asyncpg==0.32.0",
+    "psycopg[binary]==3.3.9",
+    "psycopg-pool>=3.2",
+    "redis==8.1.0",
+    "grpcio==1.85.3",
+]
+
+
+@nox.session(python="3.12")
+def services(session: nox.Session) -> None:
+    """asyncpg, psycopg (async), redis-py's asyncio client and grpc.aio against real
+    servers (PostgreSQL and redis-server from Debian's packages, started by
+    tests/services/servers.py on 127.0.0.1 with temporary data directories), each
+    scenario on asyncio, rsloop uring and rsloop poll, compared."""
+    _build(session, release=True)
+    # pytest-asyncio: pyproject.toml's pytest options name it; hypothesis: tests/conftest.py
+    session.install(
+        "pytest>=8", "pytest-timeout", "hypothesis>=6", "pytest-asyncio>=1.4", *SERVICE_DEPS
+    )
+    session.run("python", "-m", "pytest", "tests/services", "-o", "python_files=svc_*.py",
+                "-q", "-p", "no:cacheprovider", *session.posargs)  # fmt: skip
