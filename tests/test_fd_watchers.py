@@ -6,6 +6,7 @@ import asyncio
 import errno
 import os
 import socket
+import sys
 import tempfile
 
 import pytest
@@ -305,6 +306,31 @@ def test_add_reader_regular_file_raises_eperm_like_asyncio(loop, asyncio_loop):
         with pytest.raises(PermissionError):
             loop.add_writer(f.fileno(), lambda: None)
         assert loop.remove_reader(f) is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="epoll's answer")
+def test_add_reader_on_a_device_without_poll_raises_eperm_like_asyncio(loop, asyncio_loop):
+    # /dev/null is no regular file, but epoll cannot watch it either (no poll method):
+    # asyncio's selector refuses it, and io_uring would report it always ready.
+    with open(os.devnull, "rb") as f:
+        expected = asyncio_error(asyncio_loop, lambda lp: lp.add_reader(f, lambda: None))
+        assert isinstance(expected, PermissionError) and expected.errno == errno.EPERM
+        with pytest.raises(PermissionError) as info:
+            loop.add_reader(f, lambda: None)
+        assert info.value.errno == errno.EPERM
+        assert loop.remove_reader(f) is False
+
+
+def test_fds_past_a_c_int_answer_as_asyncio(loop, asyncio_loop):
+    for fd in (2**31, 2**63, 2**200):
+        expected = asyncio_error(asyncio_loop, lambda lp, fd=fd: lp.add_reader(fd, print))
+        assert isinstance(expected, OverflowError)
+        with pytest.raises(OverflowError):
+            loop.add_writer(fd, print)
+        assert asyncio_loop.remove_reader(fd) is False
+        assert loop.remove_reader(fd) is False
+    with pytest.raises(ValueError, match="Invalid file descriptor"):
+        loop.add_reader(-(2**200), print)
 
 
 def test_remove_reader_after_fd_closed_does_not_crash(loop):

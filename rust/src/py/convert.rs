@@ -1,13 +1,25 @@
 //! Conversions at the Python boundary: file objects to fds, delays to deadlines.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt};
 
-/// `selectors._fileobj_to_fd`: an int, or an object whose `fileno()` gives one.
-pub fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<i32> {
+/// `selectors._fileobj_to_fd`: an int, or an object whose `fileno()` gives one; as wide
+/// as the selector's own conversion, so a number no fd can have is told apart from a bad
+/// object (see [`watchable_fd`]).
+pub fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     let fd: i64 = if obj.is_instance_of::<PyInt>() {
-        obj.extract()?
+        match obj.extract() {
+            Ok(fd) => fd,
+            // Past an i64 either way: a negative one is invalid, a positive one no fd.
+            Err(_) if obj.lt(0)? => {
+                return Err(PyValueError::new_err(format!(
+                    "Invalid file descriptor: {}",
+                    obj.repr()?
+                )))
+            }
+            Err(_) => i64::MAX,
+        }
     } else {
         let as_int = obj
             .call_method0("fileno")
@@ -31,7 +43,14 @@ pub fn fileobj_to_fd(obj: &Bound<'_, PyAny>) -> PyResult<i32> {
             "Invalid file descriptor: {fd}"
         )));
     }
-    i32::try_from(fd).map_err(|_| PyValueError::new_err(format!("Invalid file descriptor: {fd}")))
+    Ok(fd)
+}
+
+/// An fd from [`fileobj_to_fd`] that a watcher can be put on: one past a C `int` raises the
+/// `OverflowError` epoll's and kqueue's `register` raise for it under asyncio.
+pub fn watchable_fd(fd: i64) -> PyResult<i32> {
+    i32::try_from(fd)
+        .map_err(|_| PyOverflowError::new_err("Python int too large to convert to C int"))
 }
 
 /// A number of seconds as f64: floats and ints directly, anything else through `float()`

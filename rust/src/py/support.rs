@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
-use super::convert::fileobj_to_fd;
+use super::convert::{fileobj_to_fd, watchable_fd};
 use super::loop_::Loop;
 use crate::core::streams::{FlushHook, SentHook};
 use crate::core::watchers::Side;
@@ -309,7 +309,7 @@ impl Loop {
         args: Args,
     ) -> PyResult<Py<Handle>> {
         let fileobj = fd.clone().unbind();
-        let fd = fileobj_to_fd(fd)?;
+        let fd = watchable_fd(fileobj_to_fd(fd)?)?;
         self.check_closed()?;
         let already = self
             .core
@@ -356,8 +356,10 @@ impl Loop {
         if self.core.closed.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        let fd = match fileobj_to_fd(fd) {
-            Ok(n) => n,
+        let fd = match fileobj_to_fd(fd).map(i32::try_from) {
+            Ok(Ok(n)) => n,
+            // No watcher can be on an fd past a C int: nothing to remove, as asyncio says.
+            Ok(Err(_)) => return Ok(false),
             Err(e) => match self.core.queues.with(py, |q| q.watchers.fd_of_object(fd)) {
                 Some(n) => n,
                 None => return Err(e),
