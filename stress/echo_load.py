@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from _proc import open_fds, rss_mib  # stress/ is the script's own directory
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -131,18 +133,6 @@ def serve(backend: str, backlog: int) -> None:
 
     gc.collect()  # anything left unclosed warns now, and is counted
     print(json.dumps({k: state[k] for k in ("warnings", "unraisable")}), flush=True)
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 # ----- clients (this process, on stdlib asyncio) -----

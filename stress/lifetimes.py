@@ -16,19 +16,9 @@ import socket
 import sys
 from pathlib import Path
 
+from _proc import open_fds, rss_mib  # stress/ is the script's own directory
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def brief_life() -> None:

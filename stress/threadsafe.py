@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+from _proc import open_fds, rss_mib  # stress/ is the script's own directory
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
@@ -79,18 +81,6 @@ def main(argv=None) -> int:
     ok = all(checks.values())
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def one_round(args, rsloop) -> dict:

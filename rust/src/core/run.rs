@@ -154,7 +154,8 @@ impl LoopCore {
             self.poll_driver(py, &mut timeout, scratch)?
         };
         if wait_started.is_some_and(|t0| t0.elapsed().as_secs_f64() >= IDLE_SECS) {
-            self.trim_freelists(py);
+            // The loop sat idle for a second: keep only a small reserve.
+            self.trim_freelists(py, FREE_HANDLES_IDLE);
         }
         // Receives first: asyncio queues an fd's reader before its writer, so a reset
         // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
@@ -224,17 +225,7 @@ impl LoopCore {
         }
         let keep = FREE_HANDLES_BUSY.max(2 * *peak);
         scratch.spike = None;
-        let excess = self.queues.with(py, |q| {
-            let mut out: Vec<Py<PyAny>> = Vec::new();
-            if q.free.len() > keep {
-                out.extend(q.free.drain(keep..).map(Py::into_any));
-            }
-            if q.free_timers.len() > keep {
-                out.extend(q.free_timers.drain(keep..).map(Py::into_any));
-            }
-            out
-        });
-        drop(excess);
+        self.trim_freelists(py, keep);
     }
 
     /// `loop.time()` when Python replaced it (see `LoopCore::python_time`), else `None`:
@@ -613,15 +604,16 @@ impl LoopCore {
         })
     }
 
-    // The loop sat idle for a second: keep only a small reserve of spare handles.
-    fn trim_freelists(&self, py: Python<'_>) {
+    // Keeps at most `keep` spare handles on each freelist and releases the rest (outside
+    // the cell: a release can run the collector).
+    fn trim_freelists(&self, py: Python<'_>, keep: usize) {
         let excess = self.queues.with(py, |q| {
             let mut out: Vec<Py<PyAny>> = Vec::new();
-            if q.free.len() > FREE_HANDLES_IDLE {
-                out.extend(q.free.drain(FREE_HANDLES_IDLE..).map(Py::into_any));
+            if q.free.len() > keep {
+                out.extend(q.free.drain(keep..).map(Py::into_any));
             }
-            if q.free_timers.len() > FREE_HANDLES_IDLE {
-                out.extend(q.free_timers.drain(FREE_HANDLES_IDLE..).map(Py::into_any));
+            if q.free_timers.len() > keep {
+                out.extend(q.free_timers.drain(keep..).map(Py::into_any));
             }
             out
         });

@@ -12,48 +12,32 @@ use super::syscall;
 /// `epoll_ctl` answers, and so asyncio's selector; io_uring would report such a file
 /// always ready instead, so the loop checks first and both backends agree).
 ///
-/// On Linux the answer is epoll's own: the fd is added to a process-wide probe epoll and
-/// removed again (two syscalls, as the fstat check they replace). Elsewhere, and if no
-/// probe epoll can be made, the file's type decides.
+/// On Linux the answer is epoll's own: the fd is added to a probe epoll made for the
+/// question and closed after (three syscalls, for a call made once per watched fd; no fd is
+/// kept between calls). Elsewhere, and if no epoll can be made, the file's type decides.
 pub fn fd_check_pollable(fd: RawFd) -> io::Result<()> {
     if fd < 0 {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
     #[cfg(target_os = "linux")]
-    if let Some(probe) = probe_epoll() {
+    // SAFETY: epoll_create1 takes only flags; the fd it returns is ours and closed below.
+    if let Ok(probe) = syscall!(epoll_create1(libc::EPOLL_CLOEXEC)) {
         let mut event = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: 0,
         };
-        // SAFETY: `probe` is an epoll fd this process keeps open for good; `event` is a
-        // valid epoll_event for the call; any int is a valid fd argument (EBADF if unknown).
-        return match syscall!(epoll_ctl(probe, libc::EPOLL_CTL_ADD, fd, &mut event)) {
-            Ok(_) => {
-                // SAFETY: as above; DEL ignores its event argument, NULL is allowed.
-                let _ = syscall!(epoll_ctl(
-                    probe,
-                    libc::EPOLL_CTL_DEL,
-                    fd,
-                    std::ptr::null_mut()
-                ));
-                Ok(())
-            }
-            // Another thread is probing the same file at this moment: it can be polled.
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
-            Err(e) => Err(e),
+        let added = if probe == fd {
+            // The probe got the number: `fd` was not open.
+            Err(io::Error::from_raw_os_error(libc::EBADF))
+        } else {
+            // SAFETY: `probe` is the epoll fd made above; `event` is a valid epoll_event
+            // for the call; any int is a valid fd argument (EBADF if it is not open).
+            syscall!(epoll_ctl(probe, libc::EPOLL_CTL_ADD, fd, &mut event)).map(|_| ())
         };
+        close_raw(probe);
+        return added;
     }
     check_file_type(fd)
-}
-
-/// The probe epoll of [`fd_check_pollable`], made on first use; `None` if it cannot be.
-#[cfg(target_os = "linux")]
-fn probe_epoll() -> Option<RawFd> {
-    static PROBE: std::sync::OnceLock<Option<RawFd>> = std::sync::OnceLock::new();
-    // SAFETY: epoll_create1 takes only flags. The fd is never closed: it lives as long as
-    // the process (a forked child shares it, which only makes two processes' probes meet in
-    // one epoll, where entries are per file and are removed at once).
-    *PROBE.get_or_init(|| syscall!(epoll_create1(libc::EPOLL_CLOEXEC)).ok())
 }
 
 fn check_file_type(fd: RawFd) -> io::Result<()> {
