@@ -4,6 +4,9 @@
  *   echo_client -m tcp|udp|tls -p PORT [-c CONNS] [-s SIZE] [-d SECONDS] [-w WARMUP]
  *               [-t UDP_TIMEOUT_MS] [-S STALL_SECONDS] [-C CA_FILE]
  *   echo_client -V       prints the modes this build supports ("tcp udp tls")
+ *   -G: gated window: after the warm-up, print "W" and keep the load going until a line
+ *       (or EOF) arrives on stdin; only then open the measured window ("M"). The
+ *       parent attaches a tracer to the server in between (bench/scale_net.py).
  *
  * TCP: CONNS connections to 127.0.0.1:PORT; each sends a SIZE-byte message, reads
  * back exactly SIZE bytes, compares them with what it sent (every byte), and starts
@@ -33,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,7 +70,7 @@ struct conn {
 static unsigned char *pattern, *rbuf, *ubuf;
 static size_t size;
 static int udp, tls, nconn, epfd;
-static int measuring, draining, idle;
+static int measuring, draining, idle, gate, gate_said;
 static long requests, warm_requests, errors, lost, late;
 static char err_detail[256];
 static char tls_info[128]; /* protocol version and cipher of the first connection */
@@ -382,7 +386,16 @@ static int open_conn(struct conn *c, int port, int idx, double stall, const char
         fail("socket", idx);
         return -1;
     }
-    /* Bound to loopback explicitly: nothing ever listens or sends outside 127.0.0.1. */
+    /* Bound to loopback explicitly: nothing ever listens or sends outside 127.0.0.1.
+     * The port is picked at connect() (IP_BIND_ADDRESS_NO_PORT), by the whole 4-tuple:
+     * a bind() to port 0 would skip every port still in TIME_WAIT from earlier runs,
+     * and a sweep at 10,000 connections runs out of them within a minute. */
+#ifdef IP_BIND_ADDRESS_NO_PORT
+    if (!udp) {
+        int one = 1;
+        setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    }
+#endif
     if (bind(c->fd, (struct sockaddr *)&local, sizeof local) < 0) {
         fail("bind 127.0.0.1", idx);
         return -1;
@@ -414,7 +427,7 @@ static int open_conn(struct conn *c, int port, int idx, double stall, const char
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s -m tcp|udp|tls -p PORT [-c CONNS] [-s SIZE] [-d SECONDS] [-w WARMUP] "
-            "[-t UDP_TIMEOUT_MS] [-S STALL_SECONDS] [-C CA_FILE]\n       %s -V\n",
+            "[-t UDP_TIMEOUT_MS] [-S STALL_SECONDS] [-C CA_FILE] [-G]\n       %s -V\n",
             argv0, argv0);
     exit(2);
 }
@@ -425,7 +438,7 @@ int main(int argc, char **argv) {
     const char *cafile = NULL;
     nconn = 10;
     size = 1024;
-    while ((opt = getopt(argc, argv, "m:p:c:s:d:w:t:S:C:V")) != -1) {
+    while ((opt = getopt(argc, argv, "m:p:c:s:d:w:t:S:C:VG")) != -1) {
         switch (opt) {
         case 'm':
             if (strcmp(optarg, "udp") == 0)
@@ -436,6 +449,7 @@ int main(int argc, char **argv) {
                 usage(argv[0]);
             break;
         case 'C': cafile = optarg; break;
+        case 'G': gate = 1; break;
         case 'V':
 #ifdef ECHO_TLS
             printf("tcp udp tls\n");
@@ -471,6 +485,19 @@ int main(int argc, char **argv) {
         return 2;
     }
 #endif
+    /* One descriptor per connection: raise the soft limit as far as the hard one allows
+     * (10,000 connections need more than the usual 1,024). */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)nconn + 64) {
+        rlim_t want = (rlim_t)nconn + 64;
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || want < rl.rlim_max ? want : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < (rlim_t)nconn + 16) {
+            fprintf(stderr, "%d connections need %d descriptors; the hard limit is %ld\n", nconn,
+                    nconn + 16, (long)rl.rlim_max);
+            return 2;
+        }
+    }
     pattern = malloc(size + PATTERN_SPAN);
     rbuf = malloc(udp ? MAX_UDP + 1 : size);
     ubuf = malloc(size);
@@ -497,7 +524,18 @@ int main(int argc, char **argv) {
 
     while (!errors) {
         double t = now();
-        if (!measuring && t >= t_measure) {
+        int go = 1;
+        if (gate && !measuring && t >= t_measure) {
+            char line[64];
+            if (!gate_said) {
+                fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+                printf("W\n");
+                fflush(stdout);
+                gate_said = 1;
+            }
+            go = read(0, line, sizeof line) >= 0 || errno != EAGAIN; /* a line, or EOF */
+        }
+        if (!measuring && t >= t_measure && go) {
             measuring = 1;
             t_window = t;
             t_end = t + duration;
@@ -545,6 +583,8 @@ int main(int argc, char **argv) {
         int ms = (int)((next - t) * 1000.0) + 1;
         if (ms > 100)
             ms = 100;
+        if (gate_said && !measuring)
+            ms = 2; /* waiting for the parent's line on stdin */
         int n = epoll_wait(epfd, evs, nconn, ms);
         if (n < 0 && errno != EINTR) {
             fail("epoll_wait", -1);
