@@ -291,3 +291,33 @@ def bench_net(session: nox.Session) -> None:
     _build(session, release=True)
     session.install("uvloop", "rloop")
     session.run("python", "bench/net.py", *session.posargs)
+
+
+@nox.session(python="3.12")
+def scale(session: nox.Session) -> None:
+    """Cost against scale (issue 24): the core sweep (N = 10^3..10^6 pending callbacks,
+    timers, tasks), the echo sweep (1..10,000 connections) and the HTTP sweep (wrk -c
+    16..1,024; uvicorn and granian, FastAPI and raw ASGI), each a Markdown table on stdout
+    and a PNG in docs/img/. Release build; the older PyPI rsloop only if
+    .venv-pypi-rsloop exists beside the repo (never built here). `-- --quick`: fewer
+    sizes, repeats and seconds, about ten minutes in all (the CI smoke)."""
+    quick = "--quick" in session.posargs
+    _build(session, release=True)
+    session.install("uvloop", "rloop", "granian", "uvicorn[standard]>=0.36", "fastapi",
+                    "matplotlib")  # fmt: skip
+    img = ROOT / "docs" / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    if quick:
+        core = ["--sizes", "1000,100000,1000000", "--repeat", "1"]
+        echo = ["--quick", "--no-syscalls", "--loops", "asyncio,uvloop,rsloop"]
+        http = ["--quick", "--servers", "uvicorn-uvloop,uvicorn-rsloop,granian-uvloop"]
+        suffix = "-quick"
+    else:
+        core, echo, http, suffix = [], [], [], ""
+    session.run("python", "bench/scale.py", "--plot", str(img / f"scale-core{suffix}.png"), *core)
+    session.run(
+        "python", "bench/scale_net.py", "--plot", str(img / f"scale-echo{suffix}.png"), *echo
+    )
+    session.run(
+        "python", "demo/scale_http.py", "--plot", str(img / f"scale-http{suffix}.png"), *http
+    )

@@ -148,7 +148,7 @@ class StraceWindow:
 def summarize(runs: list) -> dict:
     ok = [r for r in runs if "req_per_s" in r]
     if not ok:
-        bad = next((r for r in runs if r.get("error") or r.get("unsupported") or r.get("skip")), {})
+        bad: dict = next((r for r in runs if r.get("error") or r.get("unsupported") or r.get("skip")), {})
         why = bad.get("error") or bad.get("unsupported") or bad.get("skip") or "not run"
         return {"missing": why}
     rates = [r["req_per_s"] for r in ok]
@@ -187,7 +187,7 @@ def ratio(row: dict) -> str:
     peers = {p: row[p]["cpu_us_per_rt"] for p in PEERS if row.get(p, {}).get("cpu_us_per_rt")}
     if not ours or not peers:
         return "n/a"
-    best = min(peers, key=peers.get)
+    best = min(peers, key=lambda p: peers[p])
     return f"**{peers[best] / ours:.2f}×** ({best})"
 
 
@@ -288,7 +288,7 @@ def main(argv=None) -> int:
                                 file=log,
                             )
         loops = [lp for lp in a.loops_list if lp not in skipped]
-        table = {k: {c: {} for c in a.connections} for k in a.kinds_list}
+        table: dict = {k: {c: {} for c in a.connections} for k in a.kinds_list}
         for (kind, c, lp), runs in samples.items():
             table[kind][c][lp] = summarize(runs)
         if not a.no_syscalls:
