@@ -148,7 +148,9 @@ class StraceWindow:
 def summarize(runs: list) -> dict:
     ok = [r for r in runs if "req_per_s" in r]
     if not ok:
-        bad: dict = next((r for r in runs if r.get("error") or r.get("unsupported") or r.get("skip")), {})
+        bad: dict = next(
+            (r for r in runs if r.get("error") or r.get("unsupported") or r.get("skip")), {}
+        )
         why = bad.get("error") or bad.get("unsupported") or bad.get("skip") or "not run"
         return {"missing": why}
     rates = [r["req_per_s"] for r in ok]
