@@ -350,6 +350,11 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     from serve_bench import ensure_wrk
 
+    def on_sigterm(signum, frame):
+        raise SystemExit(128 + signum)  # through measure()'s finally: the server goes too
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
     ensure_wrk()
     hard = raise_nofile()
     if hard < max(a.connections) + 64:
