@@ -17,7 +17,8 @@
  * and waits for its echo; after UDP_TIMEOUT_MS without it, the datagram counts as lost
  * and a new one is sent. A late echo of an older datagram is counted and ignored.
  *
- * Runs WARMUP seconds unmeasured, prints "M" on its own line to stdout (the parent
+ * Runs WARMUP seconds unmeasured (TCP: and until every connection has completed a round
+ * trip), prints "M" on its own line to stdout (the parent
  * samples the server's CPU time there), runs SECONDS measured, prints "E" (sampled
  * again), lets every TCP connection finish the round trip it is in (so that each
  * closes with nothing in flight) and prints one JSON line: requests and payload bytes
@@ -65,6 +66,7 @@ struct conn {
     uint32_t seq;
     double started; /* UDP: when the current datagram was sent */
     long done;      /* completed in the measured window */
+    int warmed;     /* completed a round trip in the warm-up */
 };
 
 static unsigned char *pattern, *rbuf, *ubuf;
@@ -72,6 +74,7 @@ static size_t size;
 static int udp, tls, nconn, epfd;
 static int measuring, draining, idle, gate, gate_said;
 static long requests, warm_requests, errors, lost, late;
+static int nwarm; /* connections that completed a round trip in the warm-up */
 static char err_detail[256];
 static char tls_info[128]; /* protocol version and cipher of the first connection */
 #ifdef ECHO_TLS
@@ -209,6 +212,10 @@ static void count_done(struct conn *c) {
         c->done++;
     } else {
         warm_requests++;
+        if (!c->warmed) {
+            c->warmed = 1;
+            nwarm++;
+        }
     }
 }
 
@@ -524,8 +531,20 @@ int main(int argc, char **argv) {
 
     while (!errors) {
         double t = now();
-        int go = 1;
-        if (gate && !measuring && t >= t_measure) {
+        /* TCP: the warm-up also lasts until every connection has had a round trip, so
+         * that the server has accepted them all (10,000 take a while on a slow loop)
+         * and the window measures round trips, not connection set-up. */
+        int go = udp || nwarm == nconn;
+        /* Bounded: STALL_SECONDS plus 2 ms per connection after the warm-up time. */
+        double warm_limit = stall + 0.002 * nconn;
+        if (!go && !measuring && t >= t_measure + warm_limit) {
+            snprintf(err_detail, sizeof err_detail,
+                     "%d of %d connections had no reply %.1f s after the warm-up", nconn - nwarm,
+                     nconn, warm_limit);
+            errors++;
+            break;
+        }
+        if (gate && go && !measuring && t >= t_measure) {
             char line[64];
             if (!gate_said) {
                 fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
@@ -631,11 +650,11 @@ int main(int argc, char **argv) {
         if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
             *p = ' ';
     printf("{\"mode\": \"%s\", \"connections\": %d, \"size\": %zu, \"requests\": %ld, "
-           "\"bytes\": %ld, \"duration\": %.6f, \"warmup_requests\": %ld, "
+           "\"bytes\": %ld, \"duration\": %.6f, \"warmup_requests\": %ld, \"warmup_s\": %.3f, "
            "\"per_conn_min\": %ld, \"per_conn_max\": %ld, \"lost\": %ld, \"late\": %ld, "
            "\"errors\": %ld, \"error_detail\": \"%s\", \"tls\": \"%s\"}\n",
            udp ? "udp" : tls ? "tls" : "tcp", nconn, size, requests, requests * (long)size,
-           measured, warm_requests, per_min, per_max, lost, late, errors, err_detail, tls_info);
+           measured, warm_requests, t_window - t_start, per_min, per_max, lost, late, errors, err_detail, tls_info);
     fflush(stdout);
     for (int i = 0; i < nconn; i++) {
 #ifdef ECHO_TLS

@@ -501,8 +501,10 @@ def measure(args, client, loop, kind, size, window=None):
             stdin=subprocess.PIPE if window is not None else None,
         )
         cout = Lines(client_proc)
-        # Opening the connections comes first: ~1 s per 10,000 on the project machine.
-        line = cout.readline(args.warmup + STALL_S + 10 + args.connections / 1000)
+        # Opening the connections comes first (seconds for 10,000), and the warm-up lasts
+        # until every connection has had a reply (the client gives up after STALL_S + 2 ms
+        # per connection).
+        line = cout.readline(args.warmup + STALL_S + 10 + args.connections * 0.004)
         if window is not None and line == "W":
             close_window = window(server.pid)
             try:
@@ -586,6 +588,7 @@ def measure(args, client, loop, kind, size, window=None):
             "lost": res.get("lost", 0),
             "late": res.get("late", 0),
             "warmup_requests": res.get("warmup_requests"),
+            "warmup_s": res.get("warmup_s"),
             "tls": res.get("tls") or None,
             "window": window_result,
             "nofile": hello.get("nofile"),

@@ -162,6 +162,7 @@ def summarize(runs: list) -> dict:
         "cpu_us_per_rt": statistics.median(cpu) if cpu else None,
         "cpu_spread": (max(cpu) - min(cpu)) / statistics.median(cpu) if cpu else None,
         "peak_rss_mib": statistics.median(r["peak_rss_kib"] for r in ok) / 1024,
+        "warmup_s": statistics.median(r.get("warmup_s") or 0.0 for r in ok),
         "others_cpu": statistics.median(r["others_cpu_util"] or 0 for r in ok),
         "runs": len(ok),
         "failed": len(runs) - len(ok),
@@ -203,6 +204,16 @@ def markdown(a, table: dict, loops: list) -> str:
             row = table[kind][c]
             cells = [fmt_cell(row.get(lp, {})) for lp in loops]
             out.append(f"| {c:,} | " + " | ".join(cells) + f" | {ratio(row)} |")
+        top = max(a.connections)
+        warm = [
+            f"{lp} {table[kind][top][lp]['warmup_s']:.1f} s"
+            for lp in loops
+            if "warmup_s" in table[kind][top].get(lp, {})
+        ]
+        out.append(
+            f"\nWarm-up at {top:,} connections (from the last connect until every connection "
+            f"had its first reply, at least {a.warmup:g} s; median): " + ", ".join(warm)
+        )
     out.append(
         f"\nCell: round trips/s (median of {a.repeat} server processes, ±half the min-max "
         "spread) · server CPU (user + sys, all threads) per round trip ±half its spread"
@@ -285,7 +296,8 @@ def main(argv=None) -> int:
                             print(
                                 f"{tag} {net.fmt_rate(r['req_per_s']):>7s} rt/s  "
                                 f"{1e6 * r['server_cpu_s'] / r['requests']:6.1f} µs CPU/rt  "
-                                f"peak {r['peak_rss_kib'] / 1024:.0f} MiB  others "
+                                f"peak {r['peak_rss_kib'] / 1024:.0f} MiB  warm-up "
+                                f"{r.get('warmup_s') or 0:.1f} s  others "
                                 f"{net._pct(r['others_cpu_util'])}",
                                 file=log,
                             )
