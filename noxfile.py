@@ -560,3 +560,36 @@ def services(session: nox.Session) -> None:
     )
     session.run("python", "-m", "pytest", "tests/services", "-o", "python_files=svc_*.py",
                 "-q", "-p", "no:cacheprovider", *session.posargs)  # fmt: skip
+
+
+@nox.session(python="3.12")
+def scale(session: nox.Session) -> None:
+    """Cost against scale (issue 24): the core sweep (N = 10^3..10^6 pending callbacks,
+    timers, tasks), the echo sweep (1..10,000 connections) and the HTTP sweep (wrk -c
+    16..1,024; uvicorn and granian, FastAPI and raw ASGI), each a Markdown table on stdout
+    and a PNG in docs/img/. Release build; the older PyPI rsloop only if .venv-pypi-rsloop
+    exists beside the repo (never built here). `-- --quick`: fewer sizes, loops, repeats
+    and seconds, about ten minutes in all, plots in bench/results/ (the CI smoke)."""
+    quick = "--quick" in session.posargs
+    _build(session, release=True)
+    session.install("uvloop", "rloop", "granian", "uvicorn[standard]>=0.36", "fastapi",
+                    "matplotlib")  # fmt: skip
+    # The smoke's plots go to bench/results/ (gitignored), the full run's into the docs.
+    img = ROOT / "bench" / "results" if quick else ROOT / "docs" / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    if quick:
+        # Each point runs 10^6 operations in all: asyncio's gather alone would take
+        # ~15 s a point, so the smoke leaves asyncio out of the core sweep.
+        core = ["--sizes", "1000,1000000", "--repeat", "1", "--loops", "uvloop,rsloop"]
+        echo = ["--quick", "--no-syscalls", "--loops", "asyncio,uvloop,rsloop"]
+        http = ["--quick", "--servers", "uvicorn-uvloop,uvicorn-rsloop,granian-uvloop"]
+        suffix = "-quick"
+    else:
+        core, echo, http, suffix = [], [], [], ""
+    session.run("python", "bench/scale.py", "--plot", str(img / f"scale-core{suffix}.png"), *core)
+    session.run(
+        "python", "bench/scale_net.py", "--plot", str(img / f"scale-echo{suffix}.png"), *echo
+    )
+    session.run(
+        "python", "demo/scale_http.py", "--plot", str(img / f"scale-http{suffix}.png"), *http
+    )

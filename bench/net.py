@@ -425,9 +425,12 @@ def _reap(proc, timeout):
         _live.remove(proc)
 
 
-def measure(args, client, loop, kind, size):
-    """One (loop, kind, size) run. A dict with the figures, or {'skip': why} (loop not
-    installed), {'unsupported': why} (loop lacks the API) or {'error': why}."""
+def measure(args, client, loop, kind, size, window=None):
+    """One (loop, kind, size) run at ``args.connections`` connections. A dict with the
+    figures, or {'skip': why} (loop not installed), {'unsupported': why} (loop lacks the
+    API) or {'error': why}. ``window``, if given, is called with the server's pid when
+    the measured window opens and returns a callable run when it closes, whose result is
+    stored under ``"window"`` (``bench/scale_net.py`` attaches strace there)."""
     cmd, env = child_command(args, loop, "-", 0, 0)
     python = cmd[0]
     if python is None:
@@ -452,7 +455,7 @@ def measure(args, client, loop, kind, size):
         cpu=0 if args.pin else None,
         stdin=subprocess.PIPE,
     )
-    client_proc = client_err = None
+    client_proc = client_err = close_window = None
     try:
         out = Lines(server)
         hello = _json_line(out.readline(START_TIMEOUT_S))
@@ -490,9 +493,26 @@ def measure(args, client, loop, kind, size):
         ]
         if kind == "tls":
             client_cmd += ["-C", args.tls_cert]  # verify the server's certificate
-        client_proc, client_err = _spawn(client_cmd, cpu=1 if args.pin else None)
+        if window is not None:
+            client_cmd.append("-G")  # the window opens when we say so (after "W")
+        client_proc, client_err = _spawn(
+            client_cmd,
+            cpu=1 if args.pin else None,
+            stdin=subprocess.PIPE if window is not None else None,
+        )
         cout = Lines(client_proc)
-        line = cout.readline(args.warmup + STALL_S + 10)
+        # Opening the connections comes first (seconds for 10,000), and the warm-up lasts
+        # until every connection has had a reply (the client gives up after STALL_S + 2 ms
+        # per connection).
+        line = cout.readline(args.warmup + STALL_S + 10 + args.connections * 0.004)
+        if window is not None and line == "W":
+            close_window = window(server.pid)
+            try:
+                client_proc.stdin.write(b"go\n")
+                client_proc.stdin.close()
+            except OSError:
+                pass
+            line = cout.readline(STALL_S + 10)
         t0 = time.monotonic()
         cpu0, ccpu0, all0 = (
             cpu_seconds(server.pid),
@@ -510,6 +530,9 @@ def measure(args, client, loop, kind, size):
             cpu_seconds(client_proc.pid),
             busy_cpu_seconds(),
         )
+        window_result = None
+        if close_window is not None:
+            window_result, close_window = close_window(), None
         res = _json_line(cout.readline(STALL_S + 10) if line == "E" else line)
         _reap(client_proc, 10)
         if res is None:
@@ -565,11 +588,16 @@ def measure(args, client, loop, kind, size):
             "lost": res.get("lost", 0),
             "late": res.get("late", 0),
             "warmup_requests": res.get("warmup_requests"),
+            "warmup_s": res.get("warmup_s"),
             "tls": res.get("tls") or None,
+            "window": window_result,
+            "nofile": hello.get("nofile"),
             "python": bye.get("python"),
             "info": bye.get("info", {}),
         }
     finally:
+        if close_window is not None:  # a failure inside the window: stop the tracer
+            close_window()
         for proc in (client_proc, server):
             if proc is not None and proc.poll() is None:
                 proc.kill()
