@@ -72,7 +72,7 @@ def run_suite(work: Path, lib: str, loop: str, subset: bool, timeout: float, reu
     targets = [*spec["subset"], *spec.get("subset_args", [])] if subset else ["tests"]
     # -P: the unpacked source tree must not shadow the package installed from the sdist.
     cmd = ["nice", "-n", "10", sys.executable, "-P", "-m", "pytest", "-p", "rsloop_upstream_plugin",
-           "-q", "--no-header", "-rN", *spec["args"], *targets]  # fmt: skip
+           "-q", "--no-header", "-rN", "--timeout", "120", *spec["args"], *targets]  # fmt: skip
     t0 = time.monotonic()
     log = work / "results" / f"{lib}-{loop}{'-subset' if subset else ''}.log"
     with open(log, "w") as f:
