@@ -532,6 +532,7 @@ impl LoopCore {
             if let Some(fatal) = fatal {
                 // KeyboardInterrupt / SystemExit (or a failing warning): leave the rest of the
                 // batch queued in front of anything added since, as asyncio's deque would.
+                Handle::leave_queue(handle.bind(py));
                 self.queues.with(py, |q| {
                     while let Some(rest) = scratch.batch.pop_back() {
                         q.ready.push_front(rest);
