@@ -367,9 +367,16 @@ def test_datagram_socket_subclass_methods_are_called(loop):
         transport, _ = await loop.create_datagram_endpoint(P, sock=sock)
         try:
             transport.sendto(b"out", peer.getsockname())
-            data, addr = await asyncio.wait_for(loop.sock_recvfrom(peer, 100), TIMEOUT)
+            # The peer waits with add_reader (sock_recvfrom / sock_sendto are 3.11+).
+            readable = loop.create_future()
+            loop.add_reader(peer.fileno(), lambda: readable.done() or readable.set_result(None))
+            try:
+                await asyncio.wait_for(readable, TIMEOUT)
+            finally:
+                loop.remove_reader(peer.fileno())
+            data, addr = peer.recvfrom(100)
             assert data == b"out"
-            await loop.sock_sendto(peer, b"in", addr)
+            peer.sendto(b"in", addr)
             assert await asyncio.wait_for(got, TIMEOUT) == b"in"
         finally:
             transport.close()
