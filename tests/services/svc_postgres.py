@@ -31,25 +31,32 @@ def test_asyncpg_pool_1000_concurrent(on, postgres):
     assert got == [i * 2 for i in range(N)] and bounded
 
 
+async def _transactions(conn, division_error) -> str:
+    """Commit, rollback on a Python error, and a savepoint rolled back on a server error,
+    through either driver's ``conn.transaction()``; the server error's class name."""
+    async with conn.transaction():
+        await conn.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(ZeroDivisionError):
+        async with conn.transaction():
+            await conn.execute("INSERT INTO t VALUES (2)")
+            1 / 0  # noqa: B018
+    async with conn.transaction():
+        await conn.execute("INSERT INTO t VALUES (3)")
+        try:
+            async with conn.transaction():  # a savepoint
+                await conn.execute("INSERT INTO t VALUES (4)")
+                await conn.execute("SELECT 1/0")
+        except division_error as exc:
+            return type(exc).__name__
+    return "no error"
+
+
 def test_asyncpg_transactions(on, postgres):
     async def scenario():
         conn = await asyncpg.connect(postgres.dsn)
         try:
             await conn.execute("CREATE TEMP TABLE t (v int)")
-            async with conn.transaction():
-                await conn.execute("INSERT INTO t VALUES (1)")
-            with pytest.raises(ZeroDivisionError):
-                async with conn.transaction():
-                    await conn.execute("INSERT INTO t VALUES (2)")
-                    1 / 0  # noqa: B018
-            async with conn.transaction():
-                await conn.execute("INSERT INTO t VALUES (3)")
-                try:
-                    async with conn.transaction():  # a savepoint
-                        await conn.execute("INSERT INTO t VALUES (4)")
-                        await conn.execute("SELECT 1/0")
-                except asyncpg.DivisionByZeroError as exc:
-                    err = type(exc).__name__
+            err = await _transactions(conn, asyncpg.DivisionByZeroError)
             return [r["v"] for r in await conn.fetch("SELECT v FROM t ORDER BY v")], err
         finally:
             await conn.close()
@@ -172,20 +179,7 @@ def test_psycopg_transactions(on, postgres):
         async with await psycopg.AsyncConnection.connect(postgres.dsn) as conn:
             await conn.execute("CREATE TEMP TABLE t (v int)")
             await conn.commit()
-            async with conn.transaction():
-                await conn.execute("INSERT INTO t VALUES (1)")
-            with pytest.raises(ZeroDivisionError):
-                async with conn.transaction():
-                    await conn.execute("INSERT INTO t VALUES (2)")
-                    1 / 0  # noqa: B018
-            async with conn.transaction():
-                await conn.execute("INSERT INTO t VALUES (3)")
-                try:
-                    async with conn.transaction():  # a savepoint
-                        await conn.execute("INSERT INTO t VALUES (4)")
-                        await conn.execute("SELECT 1/0")
-                except psycopg.errors.DivisionByZero as exc:
-                    err = type(exc).__name__
+            err = await _transactions(conn, psycopg.errors.DivisionByZero)
             cur = await conn.execute("SELECT v FROM t ORDER BY v")
             return [r[0] for r in await cur.fetchall()], err
 
