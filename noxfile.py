@@ -61,11 +61,13 @@ def _libpython_dir(session: nox.Session) -> str:
     ).strip()
 
 
-def _build(session: nox.Session, release: bool = False) -> None:
+def _build(session: nox.Session, release: bool = False, features: str = "") -> None:
     session.install("maturin>=1.9,<2")
     args = ["maturin", "develop", "--quiet"]
     if release:
         args.append("--release")
+    if features:
+        args += ["--features", features]
     session.run(*args)
 
 
@@ -120,6 +122,49 @@ def conformance(session: nox.Session) -> None:
     )
 
 
+# What `nox -s portable -- ci` runs: the modules where the portable build's code differs
+# (fd checks, children, signals, pipes, sends, the build itself) and the busiest transport
+# ones, then three CPython conformance modules; without `ci`, everything.
+PORTABLE_CI_TESTS = [
+    "tests/test_portable.py",
+    "tests/test_fd_watchers.py",
+    "tests/test_subprocess.py",
+    "tests/test_signals.py",
+    "tests/test_pipes.py",
+    "tests/test_sock.py",
+    "tests/test_transports.py",
+    "tests/test_streams.py",
+    "tests/test_malloc.py",
+    "tests/test_lifetimes.py",
+]
+PORTABLE_CI_CONFORMANCE = ["-m", "test_events", "-m", "test_subprocess", "-m", "test_streams"]
+
+
+@nox.session(python="3.12")
+def portable(session: nox.Session) -> None:
+    """The macOS/BSD code paths on Linux: the extension built with the `portable` cargo
+    feature (no io_uring, no epoll fd probe, no MSG_NOSIGNAL, no TCP_INFO, no glibc malloc
+    tuning, Python's clock; children waited for by a thread each), then the test suite on
+    poll and the fallback and CPython's test_asyncio on poll. mio's selector stays epoll
+    (its kqueue one cannot run here). `-- ci`: the bounded part (docs/platforms.md)."""
+    bounded = "ci" in session.posargs
+    _build(session, features="portable")
+    session.install(*TEST_DEPS)
+    out = session.run("python", "-m", "rsloop", silent=True)
+    session.log(out.strip())
+    if "portable build" not in out or "new loops run on poll" not in out:
+        session.error(f"not a portable build choosing poll:\n{out}")
+    # In CI mode a poll case cannot skip; uring is not built, so it is not asked for.
+    env = {"RSLOOP_TEST_BACKENDS": "poll,fallback", "CI": "true"}
+    _pytest(session, *(PORTABLE_CI_TESTS if bounded else ["tests"]), env=env)
+    runner = ROOT / "tests" / "conformance" / "run_cpython.py"
+    modules = PORTABLE_CI_CONFORMANCE if bounded else []
+    session.run("python", str(runner), "--backend", "poll", *modules)
+    if not bounded:
+        fast = ["-m", "test_streams", "-m", "test_server", "-m", "test_ssl"]
+        session.run("python", str(runner), "--fast-streams", *fast, "--backend", "poll")
+
+
 @nox.session(python=False)
 def rust(session: nox.Session) -> None:
     """cargo fmt, clippy (warnings are errors) and the Rust tests, without Python."""
@@ -160,6 +205,11 @@ def rust(session: nox.Session) -> None:
         )
         session.run(*cargo, "test", *feats, external=True, env=env)
         session.run(*cargo, "test", "--no-default-features", external=True, env=env)
+        # The portable build (macOS's code paths on Linux; `nox -s portable` runs it).
+        portable = ["--no-default-features", "--features", "uring,portable"]
+        session.run(*cargo, "clippy", "--all-targets", *portable, "--", "-D", "warnings",
+                    external=True, env=env)  # fmt: skip
+        session.run(*cargo, "test", *portable, external=True, env=env)
 
 
 # Pythons no interpreter here provides: the crate is type-checked against each through a
