@@ -140,7 +140,7 @@ PORTABLE_CI_TESTS = [
 PORTABLE_CI_CONFORMANCE = ["-m", "test_events", "-m", "test_subprocess", "-m", "test_streams"]
 
 
-@nox.session(python="3.12")
+@nox.session(python="3.13")
 def portable(session: nox.Session) -> None:
     """The macOS/BSD code paths on Linux: the extension built with the `portable` cargo
     feature (no io_uring, no epoll fd probe, no MSG_NOSIGNAL, no TCP_INFO, no glibc malloc
