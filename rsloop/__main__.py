@@ -48,6 +48,12 @@ def main() -> int:
 
     built = ["poll (mio)"] + (["uring (io_uring)"] if _rsloop.BUILD_URING else [])
     print(f"native core: built with {', '.join(built)}")
+    if _rsloop.BUILD_PORTABLE:
+        print(
+            "native core: portable build (the macOS/BSD code paths: no io_uring, mio's "
+            "selector and waker, children waited for by a thread each, sends without "
+            "MSG_NOSIGNAL)"
+        )
     ok_any = False
     for kind in ("uring", "poll"):
         ok, why = _probe(kind)

@@ -8,6 +8,11 @@ out stdlib loops; the reason is kept for :func:`rsloop.backend` and shown in deb
 Windows, where the native loop has no sockets, pipes or subprocesses yet, it gives the
 stdlib Proactor loop (with the reason, which ``python -m rsloop`` prints).
 ``RSLOOP_BACKEND=poll`` still asks for the native loop there.
+
+A native module built with the ``portable`` cargo feature (``nox -s portable``) runs, on
+Linux, the code macOS and the BSDs run in place of each Linux-only mechanism: it has no
+io_uring, so ``auto`` gives ``poll``, and :data:`PORTABLE` makes the Python package follow
+(children are watched as there, ``rsloop/_unix.py``). docs/platforms.md has the table.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     _rsloop = None  # type: ignore[assignment]
     NATIVE_ERROR = f"native module unavailable: {exc}"
+
+# Whether the native core runs the macOS/BSD code paths: always off Linux; on Linux in a
+# build with the ``portable`` feature. (No native module: nothing of it runs.)
+PORTABLE: bool = bool(_rsloop is not None and _rsloop.BUILD_PORTABLE)
 
 
 def requested() -> str:

@@ -10,14 +10,18 @@ stream echo that doubled the round trips per second at an unchanged peak RSS
 
 Left alone when ``RSLOOP_TUNE_MALLOC=0``, when the environment already sets glibc's malloc
 tunables (``GLIBC_TUNABLES`` with ``glibc.malloc.``, or a ``MALLOC_*_`` variable), on the
-``asyncio`` backend, and where the C library is not glibc. :func:`rsloop.malloc_tuning`
+``asyncio`` backend, where the C library is not glibc, and in the portable build (which
+runs what macOS runs). :func:`rsloop.malloc_tuning`
 says which.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
+
+from . import _backend
 
 MMAP_THRESHOLD = 1 << 20
 TRIM_THRESHOLD = 2 << 20
@@ -57,6 +61,8 @@ def apply(set_thresholds: Callable[[int, int], bool]) -> None:
         _status = why
     elif set_thresholds(MMAP_THRESHOLD, TRIM_THRESHOLD):
         _status = f"mmap_threshold={MMAP_THRESHOLD} trim_threshold={TRIM_THRESHOLD}"
+    elif _backend.PORTABLE and sys.platform.startswith("linux"):
+        _status = "off: the portable build runs what macOS runs, which has no glibc"
     else:
         _status = "off: the C library is not glibc"
 

@@ -9,6 +9,7 @@ from typing_extensions import Self, disjoint_base
 __all__ = [
     "__version__",
     "BUILD_URING",
+    "BUILD_PORTABLE",
     "Loop",
     "Handle",
     "TimerHandle",
@@ -21,6 +22,7 @@ __all__ = [
 
 __version__: str
 BUILD_URING: bool
+BUILD_PORTABLE: bool
 
 @disjoint_base
 class Handle:

@@ -16,6 +16,8 @@
   is remembered, no thread started for it, and reaped without blocking the next time any
   rsloop loop starts a child or closes (``_reap_orphans``): it stays a zombie at most
   until then, and the pid cannot be reused meanwhile because it is still ours to reap.
+  macOS and the BSDs have no pidfd: there the thread per child is the only way, and a
+  portable build (``_backend.PORTABLE``) takes it on Linux too, so that it runs here.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from asyncio import base_events, coroutines, events
 from asyncio.log import logger
 from typing import Any
 
+from . import _backend
 from ._compat import iscoroutinefunction
 
 _Base: Any = base_events.BaseEventLoop
@@ -234,14 +237,19 @@ class UnixMixin:
 
     def _watch_child(self, pid: int, transp) -> None:
         _reap_orphans()
-        try:
-            pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError) as exc:
-            if isinstance(exc, ProcessLookupError):
+        pidfd = None
+        # No pidfd on macOS and the BSDs; the portable build does without, as they do.
+        if not _backend.PORTABLE and hasattr(os, "pidfd_open"):
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
                 # Already reaped by someone else's waitpid(-1): asyncio reports 255.
                 self._child_exited(pid, None, transp)
                 return
-            # No pidfd (not Linux, or a kernel before 5.3): a thread waits for the child.
+            except OSError:
+                pass  # a kernel before 5.3
+        if pidfd is None:
+            # A thread waits for the child.
             self._children[pid] = None
             threading.Thread(
                 target=self._wait_child_thread,

@@ -17,8 +17,9 @@ from rsloop import _backend
 
 native = pytest.mark.skipif(_backend.NATIVE_ERROR is not None, reason="native module missing")
 linux_uring = pytest.mark.skipif(
-    sys.platform != "linux" or platform.machine() not in ("x86_64", "aarch64"),
-    reason="io_uring seccomp test needs Linux x86_64/aarch64",
+    sys.platform != "linux" or platform.machine() not in ("x86_64", "aarch64") or _backend.PORTABLE,
+    reason="io_uring seccomp test needs Linux x86_64/aarch64 and io_uring built in (the "
+    "portable build has none)",
 )
 
 

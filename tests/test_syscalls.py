@@ -54,6 +54,10 @@ def test_futures_and_tasks_on_the_loops_thread_make_no_getpid_call(tmp_path, bac
 
     if _backend.NATIVE_ERROR is not None:
         pytest.skip(_backend.NATIVE_ERROR)
+    if backend == "uring" and _backend.PORTABLE:
+        from conftest import unavailable
+
+        unavailable("uring", "the portable build has no io_uring")
     script = tmp_path / "prog.py"
     script.write_text(PROGRAM.replace("N)", f"{N})"))
     summary = tmp_path / "summary"

@@ -1,7 +1,7 @@
 //! The monotonic clock behind `loop.time()`: the same clock as Python's `time.monotonic()`.
 
 /// Seconds on `CLOCK_MONOTONIC`, which is what `time.monotonic()` reads on Linux and the BSDs.
-#[cfg(all(unix, not(target_vendor = "apple")))]
+#[cfg(all(unix, not(target_vendor = "apple"), not(feature = "portable")))]
 pub fn monotonic() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -14,8 +14,9 @@ pub fn monotonic() -> f64 {
 }
 
 /// Elsewhere `time.monotonic()` uses a platform clock (mach_absolute_time,
-/// QueryPerformanceCounter) that Rust does not expose with the same epoch: ask Python.
-#[cfg(not(all(unix, not(target_vendor = "apple"))))]
+/// QueryPerformanceCounter) that Rust does not expose with the same epoch: ask Python (as
+/// the "portable" build does on Linux too, to run this path).
+#[cfg(any(not(all(unix, not(target_vendor = "apple"))), feature = "portable"))]
 pub fn monotonic() -> f64 {
     use pyo3::prelude::*;
     Python::attach(|py| {
@@ -27,7 +28,7 @@ pub fn monotonic() -> f64 {
 }
 
 /// asyncio's `_clock_resolution` (`time.get_clock_info('monotonic').resolution`).
-#[cfg(all(unix, not(target_vendor = "apple")))]
+#[cfg(all(unix, not(target_vendor = "apple"), not(feature = "portable")))]
 pub fn resolution() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -39,7 +40,7 @@ pub fn resolution() -> f64 {
 }
 
 /// See the unix version; elsewhere ask Python once per loop.
-#[cfg(not(all(unix, not(target_vendor = "apple"))))]
+#[cfg(any(not(all(unix, not(target_vendor = "apple"))), feature = "portable"))]
 pub fn resolution() -> f64 {
     use pyo3::prelude::*;
     Python::attach(|py| {

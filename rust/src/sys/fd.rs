@@ -14,12 +14,13 @@ use super::syscall;
 ///
 /// On Linux the answer is epoll's own: the fd is added to a probe epoll made for the
 /// question and closed after (three syscalls, for a call made once per watched fd; no fd is
-/// kept between calls). Elsewhere, and if no epoll can be made, the file's type decides.
+/// kept between calls). Elsewhere (and in the "portable" build), and if no epoll can be
+/// made, the file's type decides.
 pub fn fd_check_pollable(fd: RawFd) -> io::Result<()> {
     if fd < 0 {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(feature = "portable")))]
     // SAFETY: epoll_create1 takes only flags; the fd it returns is ours and closed below.
     if let Ok(probe) = syscall!(epoll_create1(libc::EPOLL_CLOEXEC)) {
         let mut event = libc::epoll_event {

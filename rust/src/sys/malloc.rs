@@ -23,7 +23,7 @@ pub fn heap_serves(size: usize) -> bool {
 /// Sets `M_MMAP_THRESHOLD` and `M_TRIM_THRESHOLD`: blocks below `mmap_threshold` come from
 /// the heap, and the heap keeps up to `trim_threshold` free bytes at its top. Returns
 /// whether glibc took both (it refuses an mmap threshold above 32 MiB).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "portable")))]
 pub fn set_thresholds(mmap_threshold: usize, trim_threshold: usize) -> bool {
     let (Ok(mmap), Ok(trim)) = (
         libc::c_int::try_from(mmap_threshold),
@@ -42,8 +42,11 @@ pub fn set_thresholds(mmap_threshold: usize, trim_threshold: usize) -> bool {
     mmap_ok && trim_ok
 }
 
-/// Not glibc: nothing to set.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+/// Not glibc (or the "portable" build, which runs what macOS runs): nothing to set.
+#[cfg(any(
+    not(all(target_os = "linux", target_env = "gnu")),
+    feature = "portable"
+))]
 pub fn set_thresholds(_mmap_threshold: usize, _trim_threshold: usize) -> bool {
     false
 }

@@ -4,7 +4,8 @@
 
 #[cfg(unix)]
 pub mod buffer;
-#[cfg(target_os = "linux")]
+// The io_uring driver's waker: not compiled in the "portable" build (Cargo.toml).
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 pub mod eventfd;
 #[cfg(unix)]
 pub mod fd;

@@ -13,9 +13,19 @@ use super::syscall;
 /// platform we build for takes 1024).
 pub const MAX_IOV: usize = 1024;
 
-#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+/// macOS has no `MSG_NOSIGNAL` (nor does the "portable" build, which runs its code): there a
+/// send to a closed peer raises `SIGPIPE`, which CPython ignores from startup, so the call
+/// fails with `EPIPE` as it does here. A program that restores `SIGPIPE`'s default action
+/// dies there, as it would under asyncio's own loop, whose sends pass no flag either.
+#[cfg(all(
+    any(target_os = "linux", target_os = "android", target_os = "freebsd"),
+    not(feature = "portable")
+))]
 const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
-#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+#[cfg(any(
+    not(any(target_os = "linux", target_os = "android", target_os = "freebsd")),
+    feature = "portable"
+))]
 const SEND_FLAGS: libc::c_int = 0;
 
 /// `recv(fd, buf)`: the number of bytes read, 0 at end of stream.
@@ -82,9 +92,9 @@ pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
 }
 
 /// Whether `fd` is a TCP socket in state `TCP_CLOSE` (reset, timed out, never connected);
-/// `false` for any other socket, on any error, and off Linux.
+/// `false` for any other socket, on any error, and off Linux (and in the "portable" build).
 pub fn tcp_closed(fd: RawFd) -> bool {
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(feature = "portable")))]
     {
         const TCP_CLOSE: u8 = 7;
         // `struct tcp_info` starts with `tcpi_state`; the kernel copies only the prefix asked for.
@@ -102,7 +112,7 @@ pub fn tcp_closed(fd: RawFd) -> bool {
         };
         r == 0 && len >= 1 && info[0] == TCP_CLOSE
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(any(not(target_os = "linux"), feature = "portable"))]
     {
         let _ = fd;
         false

@@ -254,7 +254,12 @@ impl PollDriver {
 
 impl Drop for PollDriver {
     fn drop(&mut self) {
-        let close = !self.is_inherited() || cfg!(any(target_os = "linux", target_os = "android"));
+        // The "portable" build forgets as kqueue platforms do.
+        let epoll = cfg!(all(
+            any(target_os = "linux", target_os = "android"),
+            not(feature = "portable")
+        ));
+        let close = !self.is_inherited() || epoll;
         if close {
             // SAFETY: the fields are dropped exactly once, here, and never used again.
             unsafe {
