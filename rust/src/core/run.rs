@@ -135,15 +135,24 @@ impl LoopCore {
         } else {
             next_deadline.map(|when| wait_for(when - python_now.unwrap_or_else(|| self.time())))
         };
-        // Nothing to submit, nothing that could complete and no reason to sleep: the
-        // driver has nothing to say this iteration (a call_soon chain never touches it).
-        let driver_idle = timeout == Some(0.0)
-            && scratch.work.is_empty()
+        let submitting = !(scratch.work.is_empty()
             && scratch.multi_arm.is_empty()
             && scratch.multi_cancel.is_empty()
-            && scratch.sends.is_empty()
-            && polls_in_flight == 0;
-        let idle_watch = timeout.is_none_or(|t| t > IDLE_SECS) && self.freelists_above_idle(py);
+            && scratch.sends.is_empty());
+        // Virtual time: an idle iteration waits and jumps as the clock says.
+        let plan = match &self.vclock {
+            Some(clock) if !now_due => Some(clock.plan(next_deadline, submitting)),
+            _ => None,
+        };
+        if let Some(plan) = &plan {
+            timeout = plan.timeout;
+        }
+        // Nothing to submit, nothing that could complete and no reason to sleep: the
+        // driver has nothing to say this iteration (a call_soon chain never touches it).
+        let driver_idle = timeout == Some(0.0) && !submitting && polls_in_flight == 0;
+        let idle_watch = timeout.is_none_or(|t| t > IDLE_SECS)
+            && plan.is_none_or(|p| p.jump_to.is_none())
+            && self.freelists_above_idle(py);
         if idle_watch {
             timeout = Some(IDLE_SECS);
         }
@@ -156,6 +165,9 @@ impl LoopCore {
         if wait_started.is_some_and(|t0| t0.elapsed().as_secs_f64() >= IDLE_SECS) {
             // The loop sat idle for a second: keep only a small reserve.
             self.trim_freelists(py, FREE_HANDLES_IDLE);
+        }
+        if let Some(plan) = plan.filter(|p| p.jump_to.is_some()) {
+            self.virtual_jump(py, loop_obj, &plan, scratch)?;
         }
         // Receives first: asyncio queues an fd's reader before its writer, so a reset
         // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
@@ -226,6 +238,30 @@ impl LoopCore {
         let keep = FREE_HANDLES_BUSY.max(2 * *peak);
         scratch.spike = None;
         self.trim_freelists(py, keep);
+    }
+
+    // The wait of an idle iteration under virtual time is over: if it brought nothing
+    // (no I/O, no cross-thread post), the clock jumps as planned, and an `advance()` that
+    // reached its end hears so from a ready callback.
+    fn virtual_jump(
+        &self,
+        py: Python<'_>,
+        loop_obj: &Bound<'_, PyAny>,
+        plan: &super::clock::Plan,
+        scratch: &Scratch,
+    ) -> PyResult<()> {
+        let Some(clock) = &self.vclock else {
+            return Ok(());
+        };
+        let quiet = scratch.completions.is_empty()
+            && scratch.received.is_empty()
+            && scratch.sent.is_empty()
+            && self.queues.with(py, |q| q.ready.is_empty());
+        if quiet && clock.jump(plan) {
+            let done = loop_obj.getattr(intern!(py, "_virtual_advance_done"))?;
+            self.queue_call(py, done.unbind(), py.None(), self.debug())?;
+        }
+        Ok(())
     }
 
     /// `loop.time()` when Python replaced it (see `LoopCore::python_time`), else `None`:
