@@ -124,6 +124,7 @@ impl VirtualClock {
     pub fn plan(&self, next_deadline: Option<f64>, submitting: bool) -> Plan {
         let now = self.now();
         // A timer already due (a NaN deadline counts as due, as in asyncio) fires now.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
         if next_deadline.is_some_and(|w| !(w > now)) {
             return Plan::NOW;
         }
