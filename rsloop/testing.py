@@ -71,6 +71,8 @@ class _PyClockState:
 
     def _plan(self, next_deadline: float | None):
         now = self.now
+        if next_deadline == math.inf:  # call_at(inf) never falls due: never jump there
+            next_deadline = None
         if next_deadline is not None and not next_deadline > now:
             return 0.0, None, False, False
         if self.pending > 0:

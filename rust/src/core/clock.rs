@@ -123,6 +123,8 @@ impl VirtualClock {
     /// visible after a zero wait, so the clock waits for the next look).
     pub fn plan(&self, next_deadline: Option<f64>, submitting: bool) -> Plan {
         let now = self.now();
+        // `call_at(inf)` never falls due: the clock never jumps to infinity.
+        let next_deadline = next_deadline.filter(|w| *w != f64::INFINITY);
         // A timer already due (a NaN deadline counts as due, as in asyncio) fires now.
         #[allow(clippy::neg_cmp_op_on_partial_ord)]
         if next_deadline.is_some_and(|w| !(w > now)) {
@@ -233,5 +235,6 @@ mod tests {
         let c = VirtualClock::new(1.0, Some(0.0));
         assert_eq!(c.plan(Some(1.0), false), Plan::NOW);
         assert_eq!(c.plan(Some(f64::NAN), false), Plan::NOW);
+        assert_eq!(c.plan(Some(f64::INFINITY), false).jump_to, None);
     }
 }
