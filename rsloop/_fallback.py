@@ -34,7 +34,11 @@ class FallbackLoop(_Base):  # type: ignore[misc,valid-type]
         if clock is not None:
             from .testing import install_fallback
 
-            install_fallback(self, clock)
+            try:
+                install_fallback(self, clock)
+            except BaseException:
+                self.close()
+                raise
 
     # ----- Virtual time (rsloop.testing): real work in flight holds the clock back -----
 
@@ -58,6 +62,19 @@ class FallbackLoop(_Base):  # type: ignore[misc,valid-type]
             # loop-side future is done (by the worker's post, or cancelled).
             future.add_done_callback(lambda _f: self._virtual_work(-1))
         return future
+
+    async def shutdown_default_executor(self, *args, **kwargs):  # type: ignore[override]
+        # The thread that joins the executor's workers is real work too (counted down
+        # by _do_shutdown once it posted its result).
+        if self._clock is not None and self._default_executor is not None:  # type: ignore[attr-defined]
+            self._virtual_work(1)
+        return await super().shutdown_default_executor(*args, **kwargs)
+
+    def _do_shutdown(self, *args):  # type: ignore[override]
+        try:
+            super()._do_shutdown(*args)  # type: ignore[misc]
+        finally:
+            self._virtual_work(-1)
 
     async def _make_subprocess_transport(self, *args, **kwargs):  # type: ignore[override]
         self._virtual_work(1)

@@ -61,7 +61,11 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         self._clock = clock
         self._virtual_advance_waiter = None
         if clock is not None:
-            clock._attach(self)
+            try:
+                clock._attach(self)
+            except BaseException:
+                self._close_native()  # type: ignore[attr-defined]
+                raise
         self._exception_handler = None
         self._default_executor = None
         self._executor_shutdown_called = False
@@ -296,6 +300,8 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
             return
         future = self.create_future()
         thread = threading.Thread(target=self._do_shutdown, args=(executor, future))
+        if self._clock is not None:
+            self._virtual_work(1)  # type: ignore[attr-defined]
         thread.start()
         try:
             if timeout is None:
@@ -320,6 +326,9 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         except Exception as ex:
             if not self.is_closed():
                 self.call_soon_threadsafe(_set_exception_unless_cancelled, future, ex)
+        finally:
+            if self._clock is not None:
+                self._virtual_work(-1)  # type: ignore[attr-defined]
 
     # ----- Futures and tasks -----
 

@@ -180,7 +180,8 @@ class VirtualClock:
         try:
             await waiter
         finally:
-            if not waiter.done():  # cancelled: the clock stays where it got to
+            if waiter.cancelled() or not waiter.done():
+                # Cancelled: the clock stays where it got to.
                 self._state.stop_advance()
                 loop._virtual_advance_waiter = None  # type: ignore[attr-defined]
 

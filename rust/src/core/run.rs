@@ -144,6 +144,7 @@ impl LoopCore {
             Some(clock) if !now_due => Some(clock.plan(next_deadline, submitting)),
             _ => None,
         };
+        let plan_made = plan.map(|_| Instant::now());
         if let Some(plan) = &plan {
             timeout = plan.timeout;
         }
@@ -167,7 +168,7 @@ impl LoopCore {
             self.trim_freelists(py, FREE_HANDLES_IDLE);
         }
         if let Some(plan) = plan.filter(|p| p.jump_to.is_some()) {
-            self.virtual_jump(py, loop_obj, &plan, scratch)?;
+            self.virtual_jump(py, loop_obj, &plan, plan_made, scratch)?;
         }
         // Receives first: asyncio queues an fd's reader before its writer, so a reset
         // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
@@ -248,12 +249,19 @@ impl LoopCore {
         py: Python<'_>,
         loop_obj: &Bound<'_, PyAny>,
         plan: &super::clock::Plan,
+        plan_made: Option<Instant>,
         scratch: &Scratch,
     ) -> PyResult<()> {
         let Some(clock) = &self.vclock else {
             return Ok(());
         };
-        let quiet = scratch.completions.is_empty()
+        // A wait cut short by a wake-up that brought nothing is not the whole threshold:
+        // the next iteration waits again.
+        let threshold = plan.timeout.unwrap_or(0.0);
+        let waited_enough =
+            threshold <= 0.0 || plan_made.is_some_and(|t0| t0.elapsed().as_secs_f64() >= threshold);
+        let quiet = waited_enough
+            && scratch.completions.is_empty()
             && scratch.received.is_empty()
             && scratch.sent.is_empty()
             && self.queues.with(py, |q| q.ready.is_empty());
