@@ -56,11 +56,15 @@ _BIND_CALL_SOON = sys.version_info < (3, 12)
 class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """An asyncio event loop on rsloop's native core (io_uring or mio)."""
 
+    # The virtual clock (rsloop.testing.VirtualClock) the native core reads, if any, and
+    # the future of its advance() in progress. Class attributes by default: a loop
+    # without a clock has the same instance dict as before.
+    _clock = None
+    _virtual_advance_waiter = None
+
     def __init__(self, backend: str | None = None, clock=None) -> None:
-        # The virtual clock (rsloop.testing.VirtualClock) the native core reads, if any.
-        self._clock = clock
-        self._virtual_advance_waiter = None
         if clock is not None:
+            self._clock = clock
             try:
                 clock._attach(self)
             except BaseException:

@@ -114,12 +114,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
 
 
-@pytest.hookimpl(wrapper=True, trylast=True)
+@pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: Any):
-    try:
-        return (yield)
-    finally:
-        _current[0] = None
+    yield
+    _current[0] = None
 
 
 def _clock_of_current_test():

@@ -11,6 +11,7 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use super::clock::{Plan, VirtualClock};
 use super::streams::{Action, FlushHook, Streams};
 use super::watchers::DriverWork;
 use super::{LoopCore, Queues, FREE_HANDLES_BUSY, FREE_HANDLES_IDLE, MAX_WAIT_SECS};
@@ -135,24 +136,21 @@ impl LoopCore {
         } else {
             next_deadline.map(|when| wait_for(when - python_now.unwrap_or_else(|| self.time())))
         };
-        let submitting = !(scratch.work.is_empty()
-            && scratch.multi_arm.is_empty()
-            && scratch.multi_cancel.is_empty()
-            && scratch.sends.is_empty());
         // Virtual time: an idle iteration waits and jumps as the clock says.
-        let plan = match &self.vclock {
-            Some(clock) if !now_due => Some(clock.plan(next_deadline, submitting)),
+        let jump = match &self.vclock {
+            Some(clock) if !now_due => virtual_plan(clock, next_deadline, scratch, &mut timeout),
             _ => None,
         };
-        let plan_made = plan.map(|_| Instant::now());
-        if let Some(plan) = &plan {
-            timeout = plan.timeout;
-        }
         // Nothing to submit, nothing that could complete and no reason to sleep: the
         // driver has nothing to say this iteration (a call_soon chain never touches it).
-        let driver_idle = timeout == Some(0.0) && !submitting && polls_in_flight == 0;
+        let driver_idle = timeout == Some(0.0)
+            && scratch.work.is_empty()
+            && scratch.multi_arm.is_empty()
+            && scratch.multi_cancel.is_empty()
+            && scratch.sends.is_empty()
+            && polls_in_flight == 0;
         let idle_watch = timeout.is_none_or(|t| t > IDLE_SECS)
-            && plan.is_none_or(|p| p.jump_to.is_none())
+            && jump.is_none()
             && self.freelists_above_idle(py);
         if idle_watch {
             timeout = Some(IDLE_SECS);
@@ -167,8 +165,8 @@ impl LoopCore {
             // The loop sat idle for a second: keep only a small reserve.
             self.trim_freelists(py, FREE_HANDLES_IDLE);
         }
-        if let Some(plan) = plan.filter(|p| p.jump_to.is_some()) {
-            self.virtual_jump(py, loop_obj, &plan, plan_made, scratch)?;
+        if let Some(jump) = jump {
+            self.virtual_jump(py, loop_obj, &jump, scratch)?;
         }
         // Receives first: asyncio queues an fd's reader before its writer, so a reset
         // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
@@ -248,8 +246,7 @@ impl LoopCore {
         &self,
         py: Python<'_>,
         loop_obj: &Bound<'_, PyAny>,
-        plan: &super::clock::Plan,
-        plan_made: Option<Instant>,
+        (plan, plan_made): &(Plan, Instant),
         scratch: &Scratch,
     ) -> PyResult<()> {
         let Some(clock) = &self.vclock else {
@@ -258,8 +255,7 @@ impl LoopCore {
         // A wait cut short by a wake-up that brought nothing is not the whole threshold:
         // the next iteration waits again.
         let threshold = plan.timeout.unwrap_or(0.0);
-        let waited_enough =
-            threshold <= 0.0 || plan_made.is_some_and(|t0| t0.elapsed().as_secs_f64() >= threshold);
+        let waited_enough = threshold <= 0.0 || plan_made.elapsed().as_secs_f64() >= threshold;
         let quiet = waited_enough
             && scratch.completions.is_empty()
             && scratch.received.is_empty()
@@ -702,6 +698,26 @@ impl LoopCore {
             }
         }
     }
+}
+
+// The plan of an idle iteration under virtual time: sets the wait, and returns the jump
+// to make after it (with when it was planned) if there is one. Out of line: a loop
+// without a clock never calls it.
+#[cold]
+#[inline(never)]
+fn virtual_plan(
+    clock: &VirtualClock,
+    next_deadline: Option<f64>,
+    scratch: &Scratch,
+    timeout: &mut Option<f64>,
+) -> Option<(Plan, Instant)> {
+    let submitting = !(scratch.work.is_empty()
+        && scratch.multi_arm.is_empty()
+        && scratch.multi_cancel.is_empty()
+        && scratch.sends.is_empty());
+    let plan = clock.plan(next_deadline, submitting);
+    *timeout = plan.timeout;
+    plan.jump_to.map(|_| (plan, Instant::now()))
 }
 
 // asyncio clamps the wait to [0, MAXIMUM_SELECT_TIMEOUT]; a NaN deadline (call_at(nan))
