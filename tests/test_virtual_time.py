@@ -504,3 +504,19 @@ async def test_sleep(rsloop_clock):
     )
     result = pytester.runpytest_subprocess("-p", "anyio")
     result.assert_outcomes(passed=1)
+
+
+def test_reachable_from_a_plain_import(tmp_path):
+    code = (
+        "import asyncio, rsloop\n"
+        "c = rsloop.testing.VirtualClock(start=0.0)\n"
+        "async def m():\n"
+        "    await asyncio.sleep(5)\n"
+        "    return asyncio.get_running_loop().time()\n"
+        "print(rsloop.run(m(), clock=c), c.jumps)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["5.0", "1"]
