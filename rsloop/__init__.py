@@ -98,6 +98,10 @@ def __getattr__(name: str) -> Any:
         from . import _streams
 
         return getattr(_streams, name)
+    if name == "testing":  # rsloop.testing.VirtualClock after a plain `import rsloop`
+        import importlib
+
+        return importlib.import_module(".testing", __name__)
     if name == "EventLoopPolicy":
         from ._policy import EventLoopPolicy
 

@@ -56,7 +56,20 @@ _BIND_CALL_SOON = sys.version_info < (3, 12)
 class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """An asyncio event loop on rsloop's native core (io_uring or mio)."""
 
-    def __init__(self, backend: str | None = None) -> None:
+    # The virtual clock (rsloop.testing.VirtualClock) the native core reads, if any, and
+    # the future of its advance() in progress. Class attributes by default: a loop
+    # without a clock has the same instance dict as before.
+    _clock = None
+    _virtual_advance_waiter = None
+
+    def __init__(self, backend: str | None = None, clock=None) -> None:
+        if clock is not None:
+            self._clock = clock
+            try:
+                clock._attach(self)
+            except BaseException:
+                self._close_native()  # type: ignore[attr-defined]
+                raise
         self._exception_handler = None
         self._default_executor = None
         self._executor_shutdown_called = False
@@ -259,7 +272,24 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
             if executor is None:
                 executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio")
                 self._default_executor = executor
-        return futures.wrap_future(executor.submit(func, *args), loop=self)
+        job = executor.submit(func, *args)
+        future = futures.wrap_future(job, loop=self)
+        if self._clock is not None:
+            # Virtual time waits for the job until the worker is done with it. Counted
+            # down after wrap_future's own callback has posted the result to the loop:
+            # the loop sees either the count or the post, never neither.
+            self._virtual_work(1)  # type: ignore[attr-defined]
+            job.add_done_callback(self._virtual_job_done)
+        return future
+
+    def _virtual_job_done(self, _job) -> None:
+        self._virtual_work(-1)  # type: ignore[attr-defined]
+
+    def _virtual_advance_done(self, _arg=None) -> None:
+        # The native loop calls this when a VirtualClock.advance() reached its end.
+        waiter, self._virtual_advance_waiter = self._virtual_advance_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def set_default_executor(self, executor) -> None:
         if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
@@ -274,6 +304,8 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
             return
         future = self.create_future()
         thread = threading.Thread(target=self._do_shutdown, args=(executor, future))
+        if self._clock is not None:
+            self._virtual_work(1)  # type: ignore[attr-defined]
         thread.start()
         try:
             if timeout is None:
@@ -298,6 +330,9 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         except Exception as ex:
             if not self.is_closed():
                 self.call_soon_threadsafe(_set_exception_unless_cancelled, future, ex)
+        finally:
+            if self._clock is not None:
+                self._virtual_work(-1)  # type: ignore[attr-defined]
 
     # ----- Futures and tasks -----
 

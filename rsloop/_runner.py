@@ -14,36 +14,41 @@ T = TypeVar("T")
 __all__ = ["new_event_loop", "run"]
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A new loop on the backend ``RSLOOP_BACKEND`` asks for (default: the best one)."""
+def new_event_loop(*, clock: Any = None) -> asyncio.AbstractEventLoop:
+    """A new loop on the backend ``RSLOOP_BACKEND`` asks for (default: the best one).
+    ``clock``: an :class:`rsloop.testing.VirtualClock` that drives the loop's time."""
     choice = _backend.requested()
     kind, reason = _backend.select(choice)
     if kind == "asyncio":
         if choice == "auto":
             _backend.warn_fallback(reason or "")
-        return FallbackLoop(reason)
+        return FallbackLoop(reason, clock=clock)
     from ._loop import Loop
 
-    return Loop(backend=choice)  # type: ignore[abstract]
+    if clock is None:
+        return Loop(backend=choice)  # type: ignore[abstract]
+    return Loop(backend=choice, clock=clock)  # type: ignore[abstract]
 
 
-def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None) -> T:
-    """Run a coroutine on a new rsloop loop, like ``asyncio.run``."""
+def run(main: Coroutine[Any, Any, T], *, debug: bool | None = None, clock: Any = None) -> T:
+    """Run a coroutine on a new rsloop loop, like ``asyncio.run``; ``clock``: an
+    :class:`rsloop.testing.VirtualClock` for the loop's time."""
+    factory = new_event_loop if clock is None else clock.loop_factory
     if _compat.PY312:
-        return asyncio.run(main, debug=debug, loop_factory=new_event_loop)  # type: ignore[call-arg]
+        return asyncio.run(main, debug=debug, loop_factory=factory)  # type: ignore[call-arg]
     if _compat.PY311:
-        with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:  # type: ignore[attr-defined]
+        with asyncio.Runner(debug=debug, loop_factory=factory) as runner:  # type: ignore[attr-defined]
             return runner.run(main)
-    return _run_310(main, debug=debug)
+    return _run_310(main, debug=debug, factory=factory)
 
 
-def _run_310(main, *, debug):
+def _run_310(main, *, debug, factory=new_event_loop):
     # asyncio.run of Python 3.10, with our loop instead of the policy's.
     if events._get_running_loop() is not None:
         raise RuntimeError("asyncio.run() cannot be called from a running event loop")
     if not coroutines.iscoroutine(main):
         raise ValueError(f"a coroutine was expected, got {main!r}")
-    loop = new_event_loop()
+    loop = factory()
     try:
         events.set_event_loop(loop)
         if debug is not None:

@@ -94,6 +94,7 @@ class UnixMixin:
             self._remove_reader(pidfd)  # type: ignore[attr-defined]
             os.close(pidfd)
             _orphans.add(pid)
+            self._virtual_work(-1)  # type: ignore[attr-defined]
         _reap_orphans()
 
     # ----- signals -----
@@ -237,6 +238,8 @@ class UnixMixin:
 
     def _watch_child(self, pid: int, transp) -> None:
         _reap_orphans()
+        # Under virtual time a running child is real work: the clock waits for it.
+        self._virtual_work(1)  # type: ignore[attr-defined]
         pidfd = None
         # No pidfd on macOS and the BSDs; the portable build does without, as they do.
         if not _backend.PORTABLE and hasattr(os, "pidfd_open"):
@@ -268,6 +271,7 @@ class UnixMixin:
         self._children.pop(pid, None)
         returncode = _wait_exit_status(pid)
         self.call_soon(transp._process_exited, returncode)  # type: ignore[attr-defined]
+        self._virtual_work(-1)  # type: ignore[attr-defined]
 
     def _wait_child_thread(self, pid: int, transp) -> None:
         returncode = _wait_exit_status(pid)
@@ -276,6 +280,7 @@ class UnixMixin:
             self.call_soon_threadsafe(transp._process_exited, returncode)  # type: ignore[attr-defined]
         except RuntimeError:
             pass  # the loop closed meanwhile; the child is reaped all the same
+        self._virtual_work(-1)  # type: ignore[attr-defined]
 
 
 def _wait_exit_status(pid: int) -> int:

@@ -173,3 +173,36 @@ def test_examples_run(example, backend):
         pytest.skip(proc.stderr.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"backend: {backend}", *EXAMPLES[example]]
+
+
+@pytest.mark.parametrize("backend", ["uring", "poll", "asyncio"])
+def test_virtual_time_demo_passes(backend):
+    """demo/virtual_time: its own pytest session (17.5 simulated seconds of backoff, a
+    rate limiter) passes on each backend, and its tests take milliseconds."""
+    pytest.importorskip("pytest_asyncio", minversion="1.4")
+    env = {**os.environ, "RSLOOP_BACKEND": backend}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(DEMO / "virtual_time"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--durations=0",
+            "--durations-min=0",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=DEMO / "virtual_time",
+    )
+    if proc.returncode != 0 and "unavailable" in proc.stdout + proc.stderr:
+        pytest.skip("backend unavailable")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 passed" in proc.stdout
+    # "0.00s call     test_client.py::test_..." for each test: the call phases are short.
+    calls = [float(line.split("s", 1)[0]) for line in proc.stdout.splitlines() if " call " in line]
+    assert len(calls) == 4 and max(calls) < 1.0, proc.stdout

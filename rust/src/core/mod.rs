@@ -8,6 +8,7 @@
 //! is dropped (a drop can run `__del__`, which can call back into the loop).
 
 pub mod backend;
+pub mod clock;
 pub mod run;
 pub mod stats;
 pub mod streams;
@@ -114,6 +115,9 @@ pub struct LoopCore {
     /// with the wait (`RSLOOP_URING_SEND=0` sends inside `write()` instead; see
     /// `docs/compatibility.md`).
     pub ring_sends_allowed: bool,
+    /// The virtual clock (`rsloop.testing.VirtualClock`) that replaces the monotonic one,
+    /// if the loop was made with one; set before the core is shared, never changed.
+    pub vclock: Option<Arc<clock::VirtualClock>>,
 }
 
 impl LoopCore {
@@ -136,13 +140,17 @@ impl LoopCore {
             clock_resolution: crate::sys::clock::resolution(),
             python_time: AtomicBool::new(false),
             ring_sends_allowed: std::env::var_os("RSLOOP_URING_SEND").is_none_or(|v| v != "0"),
+            vclock: None,
         }
     }
 
     /// `loop.time()`.
     #[inline]
     pub fn time(&self) -> f64 {
-        crate::sys::clock::monotonic()
+        match &self.vclock {
+            None => crate::sys::clock::monotonic(),
+            Some(clock) => clock.now(),
+        }
     }
 
     /// Whether debug mode is on.

@@ -11,6 +11,7 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit};
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use super::clock::{Plan, VirtualClock};
 use super::streams::{Action, FlushHook, Streams};
 use super::watchers::DriverWork;
 use super::{LoopCore, Queues, FREE_HANDLES_BUSY, FREE_HANDLES_IDLE, MAX_WAIT_SECS};
@@ -135,6 +136,11 @@ impl LoopCore {
         } else {
             next_deadline.map(|when| wait_for(when - python_now.unwrap_or_else(|| self.time())))
         };
+        // Virtual time: an idle iteration waits and jumps as the clock says.
+        let jump = match &self.vclock {
+            Some(clock) if !now_due => virtual_plan(clock, next_deadline, scratch, &mut timeout),
+            _ => None,
+        };
         // Nothing to submit, nothing that could complete and no reason to sleep: the
         // driver has nothing to say this iteration (a call_soon chain never touches it).
         let driver_idle = timeout == Some(0.0)
@@ -143,7 +149,9 @@ impl LoopCore {
             && scratch.multi_cancel.is_empty()
             && scratch.sends.is_empty()
             && polls_in_flight == 0;
-        let idle_watch = timeout.is_none_or(|t| t > IDLE_SECS) && self.freelists_above_idle(py);
+        let idle_watch = timeout.is_none_or(|t| t > IDLE_SECS)
+            && jump.is_none()
+            && self.freelists_above_idle(py);
         if idle_watch {
             timeout = Some(IDLE_SECS);
         }
@@ -156,6 +164,9 @@ impl LoopCore {
         if wait_started.is_some_and(|t0| t0.elapsed().as_secs_f64() >= IDLE_SECS) {
             // The loop sat idle for a second: keep only a small reserve.
             self.trim_freelists(py, FREE_HANDLES_IDLE);
+        }
+        if let Some(jump) = jump {
+            self.virtual_jump(py, loop_obj, &jump, scratch)?;
         }
         // Receives first: asyncio queues an fd's reader before its writer, so a reset
         // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
@@ -226,6 +237,35 @@ impl LoopCore {
         let keep = FREE_HANDLES_BUSY.max(2 * *peak);
         scratch.spike = None;
         self.trim_freelists(py, keep);
+    }
+
+    // The wait of an idle iteration under virtual time is over: if it brought nothing
+    // (no I/O, no cross-thread post), the clock jumps as planned, and an `advance()` that
+    // reached its end hears so from a ready callback.
+    fn virtual_jump(
+        &self,
+        py: Python<'_>,
+        loop_obj: &Bound<'_, PyAny>,
+        (plan, plan_made): &(Plan, Instant),
+        scratch: &Scratch,
+    ) -> PyResult<()> {
+        let Some(clock) = &self.vclock else {
+            return Ok(());
+        };
+        // A wait cut short by a wake-up that brought nothing is not the whole threshold:
+        // the next iteration waits again.
+        let threshold = plan.timeout.unwrap_or(0.0);
+        let waited_enough = threshold <= 0.0 || plan_made.elapsed().as_secs_f64() >= threshold;
+        let quiet = waited_enough
+            && scratch.completions.is_empty()
+            && scratch.received.is_empty()
+            && scratch.sent.is_empty()
+            && self.queues.with(py, |q| q.ready.is_empty());
+        if quiet && clock.jump(plan) {
+            let done = loop_obj.getattr(intern!(py, "_virtual_advance_done"))?;
+            self.queue_call(py, done.unbind(), py.None(), self.debug())?;
+        }
+        Ok(())
     }
 
     /// `loop.time()` when Python replaced it (see `LoopCore::python_time`), else `None`:
@@ -658,6 +698,26 @@ impl LoopCore {
             }
         }
     }
+}
+
+// The plan of an idle iteration under virtual time: sets the wait, and returns the jump
+// to make after it (with when it was planned) if there is one. Out of line: a loop
+// without a clock never calls it.
+#[cold]
+#[inline(never)]
+fn virtual_plan(
+    clock: &VirtualClock,
+    next_deadline: Option<f64>,
+    scratch: &Scratch,
+    timeout: &mut Option<f64>,
+) -> Option<(Plan, Instant)> {
+    let submitting = !(scratch.work.is_empty()
+        && scratch.multi_arm.is_empty()
+        && scratch.multi_cancel.is_empty()
+        && scratch.sends.is_empty());
+    let plan = clock.plan(next_deadline, submitting);
+    *timeout = plan.timeout;
+    plan.jump_to.map(|_| (plan, Instant::now()))
 }
 
 // asyncio clamps the wait to [0, MAXIMUM_SELECT_TIMEOUT]; a NaN deadline (call_at(nan))

@@ -70,10 +70,11 @@ impl Loop {
     }
 
     #[new]
-    #[pyo3(signature = (*_args, backend = None, **_kwargs))]
+    #[pyo3(signature = (*_args, backend = None, clock = None, **_kwargs))]
     fn new(
         _args: &Bound<'_, PyTuple>,
         backend: Option<&str>,
+        clock: Option<&Bound<'_, PyAny>>,
         _kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let requested = match backend.unwrap_or("auto") {
@@ -87,8 +88,13 @@ impl Loop {
             }
         };
         let info = planned_backend(requested)?;
+        let mut core = LoopCore::new(requested, info);
+        core.vclock = match clock.filter(|c| !c.is_none()) {
+            None => None,
+            Some(c) => Some(super::clock::ClockState::of(c)?),
+        };
         Ok(Loop {
-            core: Arc::new(LoopCore::new(requested, info)),
+            core: Arc::new(core),
             task_factory: GilCell::new(None),
             transports: GilCell::new(None),
             run_kwargs: GilCell::new(None),
@@ -171,6 +177,20 @@ impl Loop {
 
     fn time(&self) -> f64 {
         self.core.time()
+    }
+
+    /// Under virtual time, counts a piece of real work in flight (`delta` 1) or ended
+    /// (-1; wakes the loop, which may now jump). Any thread; a no-op without a clock.
+    fn _virtual_work(&self, delta: i32) {
+        let Some(clock) = &self.core.vclock else {
+            return;
+        };
+        if delta > 0 {
+            clock.work_started();
+        } else {
+            clock.work_ended();
+            self.core.wake();
+        }
     }
 
     // ----- Future, Task and task factory -----

@@ -1,5 +1,6 @@
 //! The PyO3 face of the loop: thin, validating, delegating.
 
+mod clock;
 pub mod convert;
 pub mod loop_;
 mod scheduling;
@@ -16,6 +17,7 @@ use pyo3::prelude::*;
 /// Adds the Python-visible classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loop_::Loop>()?;
+    m.add_class::<clock::ClockState>()?;
     scheduling::install_all(m.py())?;
     m.add_class::<crate::handles::Handle>()?;
     m.add_class::<crate::handles::TimerHandle>()?;
