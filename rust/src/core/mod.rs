@@ -22,8 +22,8 @@ use pyo3::prelude::*;
 use pyo3::PyTraverseError;
 
 use crate::driver::{Driver, Requested, Waker};
+use crate::ffi::gil::GilCell;
 use crate::handles::{lock, Handle, TimerHandle};
-use crate::sys::gil::GilCell;
 use crate::timers::TimerHeap;
 use stats::Stats;
 use streams::Streams;
@@ -77,7 +77,7 @@ pub const FREE_HANDLES_IDLE: usize = 1024;
 
 /// State of one event loop.
 pub struct LoopCore {
-    /// Ready queue, timers, watchers (guarded by the GIL, see `sys::gil`).
+    /// Ready queue, timers, watchers (guarded by the GIL, see `ffi::gil`).
     pub queues: GilCell<Queues>,
     /// Cancelled timers still in the heap (asyncio's `_timer_cancelled_count`).
     pub cancelled_timers: Arc<AtomicUsize>,

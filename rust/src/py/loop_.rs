@@ -18,9 +18,9 @@ use crate::core::backend::planned_backend;
 use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
+use crate::ffi::gil::GilCell;
+use crate::ffi::python::{call_kw, thread_ident};
 use crate::handles::{lock, Args, Handle, TimerHandle};
-use crate::sys::gil::GilCell;
-use crate::sys::python::{call_kw, thread_ident};
 
 /// The native event loop. Python code uses it through `rsloop.Loop`.
 #[pyclass(subclass, frozen, module = "rsloop._rsloop", name = "Loop")]

@@ -26,7 +26,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(unix)]
     m.add_class::<streams::StreamOp>()?;
     #[cfg(unix)]
-    crate::sys::iternext::install::<streams::StreamOpNext>(m.py());
+    crate::ffi::iternext::install::<streams::StreamOpNext>(m.py());
     #[cfg(unix)]
     m.add_class::<streams::StreamReaderCore>()?;
     m.add_function(wrap_pyfunction!(set_malloc_thresholds, m)?)?;

@@ -31,9 +31,9 @@ use super::loop_::Loop;
 use super::support::new_future;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
+use crate::ffi::buffer::{recv_bytes, recv_into_export, send_export};
+use crate::ffi::gil::GilCell;
 use crate::handles::{Args, Handle};
-use crate::sys::buffer::{recv_bytes, recv_into_export, send_export};
-use crate::sys::gil::GilCell;
 use crate::sys::sock;
 use crate::transports::common::would_block;
 

@@ -15,8 +15,8 @@ use super::convert::{fileobj_to_fd, watchable_fd};
 use super::loop_::Loop;
 use crate::core::streams::{FlushHook, SentHook};
 use crate::core::watchers::Side;
+use crate::ffi::python::{call_kw, context_is_empty, copy_context, thread_ident};
 use crate::handles::{Args, Handle, TimerHandle};
-use crate::sys::python::{call_kw, context_is_empty, copy_context, thread_ident};
 
 /// `asyncio.Future`, `asyncio.Task` and the keyword-name tuples used to call them.
 pub(super) struct AsyncioTypes {

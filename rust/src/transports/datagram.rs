@@ -33,11 +33,11 @@ use super::common::{
 };
 use crate::core::watchers::Side;
 use crate::errors::os_error;
+use crate::ffi::buffer::buffer_to_vec;
+use crate::ffi::gil::GilCell;
 use crate::handles::Args;
 use crate::py::loop_::Loop;
 use crate::py::sockaddr;
-use crate::sys::buffer::buffer_to_vec;
-use crate::sys::gil::GilCell;
 use crate::sys::sock;
 use crate::sys::sockaddr::SockAddr;
 

@@ -8,8 +8,8 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyString, PyTuple, PyType
 use pyo3::PyTraverseError;
 use std::collections::VecDeque;
 
-use crate::sys::buffer::{bytearray_extend, take_front};
-use crate::sys::gil::GilCell;
+use crate::ffi::buffer::{bytearray_extend, take_front};
+use crate::ffi::gil::GilCell;
 
 use super::op::{Kind, StreamOp};
 use super::{cached, ASYNCIO_DRAIN, DEFAULT_LIMIT, FAST_READER};

@@ -15,7 +15,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 use super::{State, StreamCore};
 use crate::core::watchers::Side;
 use crate::errors::os_error;
-use crate::sys::buffer::buffer_to_vec;
+use crate::ffi::buffer::buffer_to_vec;
 use crate::sys::sock::{self, MAX_IOV};
 use crate::transports::common::{would_block, Chunk, TransportCore, LOST_WRITES_LOG_THRESHOLD};
 
