@@ -6,8 +6,6 @@ mod scheduling;
 #[cfg(unix)]
 mod sock;
 #[cfg(unix)]
-pub mod sockaddr;
-#[cfg(unix)]
 pub mod streams;
 mod support;
 

@@ -4,7 +4,7 @@
 //! with. Not: the water marks and the `close`/`_force_close`/`pause_reading` state machine
 //! shared with the stream core (`common.rs`); the transport object Python sees
 //! (`rsloop._transports.DatagramTransport`: extra info, repr, `connection_lost` and socket
-//! close, error reporting), turning addresses into Python objects (`py/sockaddr.rs`).
+//! close, error reporting), turning addresses into Python objects (`transports/sockaddr.rs`).
 //!
 //! Behaviour is asyncio's `_SelectorDatagramTransport` step for step, for the running
 //! Python's version (the shell passes what differs: empty datagrams and the write-buffer
@@ -31,13 +31,13 @@ use super::common::{
     is_exit, requested_limits, with_scratch, would_block, Base, Chunk, TransportCore, WriteBuffer,
     LOST_WRITES_LOG_THRESHOLD, MAX_READ,
 };
+use super::sockaddr;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::ffi::buffer::buffer_to_vec;
 use crate::ffi::gil::GilCell;
 use crate::handles::Args;
 use crate::py::loop_::Loop;
-use crate::py::sockaddr;
 use crate::sys::sock;
 use crate::sys::sockaddr::SockAddr;
 
