@@ -8,6 +8,7 @@
 //! is dropped (a drop can run `__del__`, which can call back into the loop).
 
 pub mod backend;
+pub mod handle;
 pub mod run;
 pub mod stats;
 pub mod streams;

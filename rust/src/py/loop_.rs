@@ -13,8 +13,9 @@ use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
 use super::convert::seconds;
-use super::support::{asyncio_types, call_on_loop, format_module};
+use super::support::{asyncio_types, call_on_loop};
 use crate::core::backend::planned_backend;
+use crate::core::handle::format_module;
 use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
@@ -33,6 +34,13 @@ pub struct Loop {
     /// thread during a run, before 3.12 (`support::call_on_loop`); callees copy a
     /// `**kwargs` dict, never keep it. Dropped when the run ends.
     pub(super) run_kwargs: GilCell<Option<Py<PyDict>>>,
+}
+
+impl Loop {
+    /// The core of `obj` if it is a native loop (`core::handle::set_core_of`).
+    pub(super) fn core_of(obj: &Bound<'_, PyAny>) -> Option<Arc<LoopCore>> {
+        obj.cast::<Loop>().ok().map(|lp| Arc::clone(&lp.get().core))
+    }
 }
 
 #[pymethods]
@@ -312,7 +320,7 @@ impl Loop {
     /// listening socket can be closed right after); connections it already took still
     /// reach the callback.
     fn _accept_stop(&self, py: Python<'_>, token: u64) -> PyResult<()> {
-        self.recv_stop(py, token)
+        self.core.stop_receive(py, token)
     }
 
     /// Tells the `sock_*` methods which dict maps fds to transports (`loop._transports`'
@@ -410,7 +418,7 @@ impl Loop {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        this.check_closed()?;
+        this.core.check_closed()?;
         let name = name.filter(|n| !n.is_none());
         let context = context.filter(|c| !c.is_none());
         let has_kwargs = kwargs.is_some_and(|k| !k.is_empty());
@@ -447,12 +455,12 @@ impl Loop {
         args: Args,
         context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        self.check_closed()?;
+        self.core.check_closed()?;
         let debug = self.core.debug();
         if debug {
             self.debug_checks(py, &callback, "call_soon")?;
         }
-        let handle = self.make_handle(py, callback, args, context, debug)?;
+        let handle = self.core.make_handle(py, callback, args, context, debug)?;
         self.core.push_ready(py, handle.clone_ref(py));
         Ok(handle)
     }
@@ -464,7 +472,7 @@ impl Loop {
         args: Args,
         context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        self.check_closed()?;
+        self.core.check_closed()?;
         let debug = self.core.debug();
         if debug {
             format_module(py)?.call_method1(
@@ -472,7 +480,7 @@ impl Loop {
                 (&callback, "call_soon_threadsafe"),
             )?;
         }
-        let handle = self.make_handle(py, callback, args, context, debug)?;
+        let handle = self.core.make_handle(py, callback, args, context, debug)?;
         if self.on_loop_thread() {
             self.core.push_ready(py, handle.clone_ref(py));
         } else {

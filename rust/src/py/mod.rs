@@ -11,8 +11,13 @@ mod support;
 
 use pyo3::prelude::*;
 
-/// Adds the Python-visible classes to the module.
+/// Adds the Python-visible classes to the module, and hands the layers below the two ways
+/// up they need: from a loop object to its core (the transports are made with the loop),
+/// and a stream transport's chunks straight into the fast stream reader.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::core::handle::set_core_of(loop_::Loop::core_of);
+    #[cfg(unix)]
+    crate::transports::stream::set_feed_hook(streams::feed_from_protocol);
     m.add_class::<loop_::Loop>()?;
     scheduling::install_all(m.py())?;
     m.add_class::<crate::handles::Handle>()?;

@@ -183,6 +183,7 @@ impl SockWaiter {
             Some(h) => this
                 .loop_
                 .get()
+                .core
                 .remove_watcher_if(py, this.fd, this.side, h)
                 .map(drop),
             None => Ok(()),
@@ -260,6 +261,7 @@ impl SockWaiter {
             Some(h) => this
                 .loop_
                 .get()
+                .core
                 .remove_watcher_if(py, this.fd, this.side, h)
                 .map(drop),
             None => Ok(()),
@@ -322,7 +324,7 @@ fn park<'py>(
             })),
         },
     )?;
-    let handle = this.add_watcher_fd(
+    let handle = this.core.add_watcher_fd(
         py,
         fd_obj.into_any().unbind(),
         fd,

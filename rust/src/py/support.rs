@@ -13,9 +13,9 @@ use pyo3::types::{PyDict, PyTuple};
 
 use super::convert::{fileobj_to_fd, watchable_fd};
 use super::loop_::Loop;
-use crate::core::streams::{FlushHook, SentHook};
+use crate::core::handle::format_module;
 use crate::core::watchers::Side;
-use crate::ffi::python::{call_kw, context_is_empty, copy_context, thread_ident};
+use crate::ffi::python::{call_kw, thread_ident};
 use crate::handles::{Args, Handle, TimerHandle};
 
 /// `asyncio.Future`, `asyncio.Task` and the keyword-name tuples used to call them.
@@ -42,11 +42,6 @@ pub(super) fn asyncio_types(py: Python<'_>) -> PyResult<&AsyncioTypes> {
         })
     })
 }
-
-static FORMAT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-
-/// A new handle's context (`None`: run in a new empty one) and creation stack.
-type HandleParts = (Option<Py<PyAny>>, Option<Py<PyAny>>);
 
 /// `asyncio.Future(loop=lp)`.
 pub(super) fn new_future<'py>(lp: &Bound<'py, Loop>) -> PyResult<Bound<'py, PyAny>> {
@@ -87,13 +82,6 @@ pub(super) fn call_on_loop<'py>(
     )
 }
 
-/// `rsloop._format`: the Python helpers used on slow paths (debug checks, formatting).
-pub(super) fn format_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
-    FORMAT
-        .get_or_try_init(py, || py.import("rsloop._format").map(Bound::unbind))
-        .map(|m| m.bind(py))
-}
-
 // Some of these serve only the Unix transports and `sock_*` (absent on Windows).
 #[cfg_attr(not(unix), allow(dead_code))]
 impl Loop {
@@ -119,13 +107,6 @@ impl Loop {
         Ok(d)
     }
 
-    pub(super) fn check_closed(&self) -> PyResult<()> {
-        if self.core.closed.load(Ordering::Relaxed) {
-            return Err(PyRuntimeError::new_err("Event loop is closed"));
-        }
-        Ok(())
-    }
-
     // BaseEventLoop._check_thread (debug mode only).
     pub(super) fn check_thread(&self) -> PyResult<()> {
         let owner = self.core.thread_id.load(Ordering::Relaxed);
@@ -135,48 +116,6 @@ impl Loop {
             ));
         }
         Ok(())
-    }
-
-    // A handle's context (a copy of the current one unless given) and, in debug mode, its
-    // creation stack.
-    pub(super) fn handle_parts(
-        &self,
-        py: Python<'_>,
-        context: Option<Py<PyAny>>,
-        debug: bool,
-    ) -> PyResult<HandleParts> {
-        let context = match context {
-            Some(c) if !c.is_none(py) => Some(c),
-            // An empty snapshot is run in a new empty context (see `handles::HandleState`);
-            // the copy goes straight back to CPython's context freelist.
-            _ => Some(copy_context(py)?)
-                .filter(|c| !context_is_empty(c))
-                .map(Bound::unbind),
-        };
-        let tb = if debug {
-            Some(
-                format_module(py)?
-                    .call_method0(intern!(py, "extract_stack"))?
-                    .unbind(),
-            )
-        } else {
-            None
-        };
-        Ok((context, tb))
-    }
-
-    // A new handle (for the ready queue or an fd watcher): a recycled one from the
-    // freelist when there is one.
-    pub(super) fn make_handle(
-        &self,
-        py: Python<'_>,
-        callback: Py<PyAny>,
-        args: Args,
-        context: Option<Py<PyAny>>,
-        debug: bool,
-    ) -> PyResult<Py<Handle>> {
-        let (context, tb) = self.handle_parts(py, context, debug)?;
-        self.core.handle(py, callback, args, context, tb, debug)
     }
 
     // The debug-mode checks asyncio makes before scheduling.
@@ -191,78 +130,15 @@ impl Loop {
         Ok(())
     }
 
-    /// `call_soon(callback, *args)` for native callers (transports): no debug checks on the
-    /// callback, which is the transport's own.
-    pub(crate) fn call_soon_native(
-        &self,
-        py: Python<'_>,
-        callback: Py<PyAny>,
-        args: Args,
-    ) -> PyResult<()> {
-        self.check_closed()?;
-        let debug = self.core.debug();
-        let handle = self.make_handle(py, callback, args, None, debug)?;
-        self.core.push_ready(py, handle);
-        Ok(())
-    }
-
-    /// Starts a multishot receive for a transport (`None`: read by readiness instead).
-    pub(crate) fn recv_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
-        self.core.recv_start(py, fd, callback)
-    }
-
-    /// Stops a receive started by `recv_start`, telling the kernel at once: bytes that
-    /// arrive from now on stay in the socket (flow control works as with a reader).
-    pub(crate) fn recv_stop(&self, py: Python<'_>, token: u64) -> PyResult<()> {
-        self.core.recv_stop(py, token);
-        self.core
-            .submit_cancels(py)
-            .map_err(|e| crate::errors::os_error(&e))
-    }
-
     /// Starts a multishot accept for a server (`None`: accept by readiness instead).
-    pub(crate) fn accept_start(
+    pub(super) fn accept_start(
         &self,
         py: Python<'_>,
         fd: i32,
         callback: Py<PyAny>,
     ) -> PyResult<Option<u64>> {
-        self.check_closed()?;
+        self.core.check_closed()?;
         Ok(self.core.accept_start(py, fd, callback))
-    }
-
-    /// Whether transports send through the ring on this loop.
-    pub(crate) fn ring_sends(&self) -> bool {
-        self.core.ring_sends()
-    }
-
-    /// A transport wrote: call `flush(owner)` just before the next wait.
-    pub(crate) fn mark_dirty(&self, py: Python<'_>, owner: Py<PyAny>, flush: FlushHook) {
-        self.core
-            .queues
-            .with(py, |q| q.streams.mark_dirty(owner, flush));
-    }
-
-    /// Queues a send of the `msghdr` at `msg` (see `Op::SendMsg`); `sent(owner, result)`.
-    pub(crate) fn send_submit(
-        &self,
-        py: Python<'_>,
-        fd: i32,
-        msg: usize,
-        owner: Py<PyAny>,
-        sent: SentHook,
-    ) -> u64 {
-        self.core
-            .queues
-            .with(py, |q| q.streams.send(fd, msg, owner, sent))
-    }
-
-    /// Cancels a send in flight (abort); its completion still comes.
-    pub(crate) fn send_cancel(&self, py: Python<'_>, token: u64) -> PyResult<()> {
-        self.core.queues.with(py, |q| q.streams.cancel_send(token));
-        self.core
-            .submit_cancels(py)
-            .map_err(|e| crate::errors::os_error(&e))
     }
 
     pub(super) fn schedule_at(
@@ -274,12 +150,12 @@ impl Loop {
         context: Option<Py<PyAny>>,
         method: &str,
     ) -> PyResult<Py<TimerHandle>> {
-        self.check_closed()?;
+        self.core.check_closed()?;
         let debug = self.core.debug();
         if debug {
             self.debug_checks(py, &callback, method)?;
         }
-        let (context, tb) = self.handle_parts(py, context, debug)?;
+        let (context, tb) = self.core.handle_parts(py, context, debug)?;
         let timer = match self.core.queues.with(py, |q| q.free_timers.pop()) {
             Some(t) => {
                 let bound = t.bind(py);
@@ -300,7 +176,7 @@ impl Loop {
         Ok(timer)
     }
 
-    pub(crate) fn add_watcher(
+    pub(super) fn add_watcher(
         &self,
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,
@@ -310,50 +186,17 @@ impl Loop {
     ) -> PyResult<Py<Handle>> {
         let fileobj = fd.clone().unbind();
         let fd = watchable_fd(fileobj_to_fd(fd)?)?;
-        self.check_closed()?;
-        let already = self
-            .core
-            .queues
-            .with(py, |q| q.watchers.get(py, fd, side).is_some());
-        if !already {
-            crate::sys::fd_check_pollable(fd).map_err(|e| crate::errors::os_error(&e))?;
-        }
-        self.add_watcher_fd(py, fileobj, fd, side, callback, args)
+        self.core
+            .add_watcher_checked(py, fileobj, fd, side, callback, args)
     }
 
-    /// `add_watcher` for an fd known to be pollable: the `sock_*` methods just had the
-    /// kernel take it as a socket, so `fd_check_pollable`'s two syscalls would only cost
-    /// time.
-    pub(crate) fn add_watcher_fd(
-        &self,
-        py: Python<'_>,
-        fileobj: Py<PyAny>,
-        fd: i32,
-        side: Side,
-        callback: Py<PyAny>,
-        args: Args,
-    ) -> PyResult<Py<Handle>> {
-        self.check_closed()?;
-        let debug = self.core.debug();
-        let handle = self.make_handle(py, callback, args, None, debug)?;
-        let ret = handle.clone_ref(py);
-        let replaced = self
-            .core
-            .queues
-            .with(py, |q| q.watchers.add(fd, side, handle, fileobj));
-        if let Some((old, _unused_fileobj)) = replaced {
-            Handle::cancel_inner(old.bind(py))?;
-        }
-        Ok(ret)
-    }
-
-    pub(crate) fn remove_watcher(
+    pub(super) fn remove_watcher(
         &self,
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,
         side: Side,
     ) -> PyResult<bool> {
-        if self.core.closed.load(Ordering::Relaxed) {
+        if self.core.closed() {
             return Ok(false);
         }
         let fd = match fileobj_to_fd(fd).map(i32::try_from) {
@@ -365,48 +208,6 @@ impl Loop {
                 None => return Err(e),
             },
         };
-        let removed = self.core.queues.with(py, |q| q.watchers.remove(fd, side));
-        self.finish_removal(py, removed)
-    }
-
-    /// Removes the watcher of `fd`/`side` only while `handle` is still its handle (asyncio's
-    /// `_sock_read_done` rule: a later `add_reader` on the fd replaced it, and removing would
-    /// strand that caller).
-    pub(crate) fn remove_watcher_if(
-        &self,
-        py: Python<'_>,
-        fd: i32,
-        side: Side,
-        handle: &Py<Handle>,
-    ) -> PyResult<bool> {
-        if self.core.closed.load(Ordering::Relaxed) {
-            return Ok(false);
-        }
-        let current = self.core.queues.with(py, |q| q.watchers.get(py, fd, side));
-        if !current.is_some_and(|h| h.is(handle)) {
-            return Ok(false);
-        }
-        let removed = self.core.queues.with(py, |q| q.watchers.remove(fd, side));
-        self.finish_removal(py, removed)
-    }
-
-    fn finish_removal(
-        &self,
-        py: Python<'_>,
-        removed: Option<crate::core::watchers::Removed>,
-    ) -> PyResult<bool> {
-        match removed {
-            Some((h, _fileobj)) => {
-                Handle::cancel_inner(h.bind(py))?;
-                // A poll in flight holds the fd's file: cancel it now, so a close() right
-                // after this call closes the socket at once, as with a selector. Nothing is
-                // in flight (no syscall) when the watcher's own callback removes it.
-                self.core
-                    .submit_cancels(py)
-                    .map_err(|e| crate::errors::os_error(&e))?;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.core.remove_watcher_fd(py, fd, side)
     }
 }

@@ -1,10 +1,12 @@
 //! The reading half of `StreamCore`: readiness or multishot receive, handing each chunk
 //! to a `Protocol` (`data_received`) or a `BufferedProtocol` (`get_buffer` /
 //! `buffer_updated`), end of stream (`eof_received`).
-//! Owns: choosing how a transport reads and delivering what it read. Not: the state machine
-//! and the write queue (`mod.rs`).
+//! Owns: choosing how a transport reads and delivering what it read, and the slot through
+//! which the fast stream reader (`py/streams/`, above) takes chunks straight from the
+//! transport. Not: the state machine and the write queue (`mod.rs`).
 
 use std::io;
+use std::sync::OnceLock;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
@@ -15,7 +17,6 @@ use super::StreamCore;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::ffi::buffer::{copy_into_buffer, recv_bytes, recv_into_buffer};
-use crate::py::streams::feed_from_protocol;
 use crate::sys::malloc::heap_serves;
 use crate::sys::sock;
 use crate::transports::common::{with_scratch, would_block, TransportCore, MAX_READ};
@@ -23,6 +24,19 @@ use crate::transports::common::{with_scratch, would_block, TransportCore, MAX_RE
 /// A readiness receive at least this large makes the next one go straight into its `bytes`
 /// (`recv_chunk`).
 pub(super) const BIG_READ: usize = 8 * 1024;
+
+/// Hands a received chunk to a protocol's reader directly, as the protocol's own
+/// `data_received` would; `None` when the protocol is not one it knows (the caller then
+/// calls `data_received`).
+pub type FeedHook = for<'py> fn(&Bound<'py, PyAny>, &Bound<'py, PyBytes>) -> Option<PyResult<()>>;
+
+/// Set once by the bindings (`py::register`), which own the fast stream reader.
+static FEED: OnceLock<FeedHook> = OnceLock::new();
+
+/// Installs the reader fast path (a second call is ignored).
+pub fn set_feed_hook(hook: FeedHook) {
+    let _ = FEED.set(hook);
+}
 
 impl StreamCore {
     /// Starts reading: a multishot receive where the loop has one, else the fd's reader.
@@ -39,7 +53,7 @@ impl StreamCore {
         }
         if !by_readiness {
             let cb = slf.getattr(intern!(py, "_on_recv"))?.unbind();
-            if let Some(token) = self.loop_.get().recv_start(py, self.fd, cb) {
+            if let Some(token) = self.loop_.recv_start(py, self.fd, cb) {
                 self.state.with(py, |s| s.recv_token = Some(token));
                 return Ok(());
             }
@@ -106,7 +120,8 @@ impl StreamCore {
         protocol: &Py<PyAny>,
         data: Bound<'_, PyBytes>,
     ) -> PyResult<()> {
-        let res = match feed_from_protocol(protocol.bind(py), &data) {
+        let fed = FEED.get().and_then(|feed| feed(protocol.bind(py), &data));
+        let res = match fed {
             Some(fed) => fed.map(|()| py.None()),
             None => protocol.call_method1(py, intern!(py, "data_received"), (data,)),
         };
