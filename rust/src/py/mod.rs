@@ -1,13 +1,13 @@
 //! The PyO3 face of the loop: thin, validating, delegating.
 
 pub mod convert;
+mod futures;
 pub mod loop_;
 mod scheduling;
 #[cfg(unix)]
 mod sock;
 #[cfg(unix)]
 pub mod streams;
-mod support;
 
 use pyo3::prelude::*;
 

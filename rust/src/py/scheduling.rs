@@ -13,8 +13,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::futures::new_future;
 use super::loop_::Loop;
-use super::support::new_future;
 use crate::ffi::fastcall::{install, FastArgs, FastMethod};
 use crate::handles::{Args, TimerHandle};
 

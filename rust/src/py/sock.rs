@@ -27,8 +27,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
+use super::futures::new_future;
 use super::loop_::Loop;
-use super::support::new_future;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::ffi::buffer::{recv_bytes, recv_into_export, send_export};
@@ -443,21 +443,4 @@ pub(super) fn sendall<'py>(
     }
     let op = Op::SendBuffer { data: export, sent };
     park(lp, sock, fd, Side::Write, op)
-}
-
-impl Loop {
-    /// Whether `fd` is a key of the fd -> transport table (`_set_transport_table`), so that
-    /// `_sock_check_fd_free` must look: a dict lookup, no Python call, in the common case.
-    fn fd_has_owner(&self, py: Python<'_>, fd: &Bound<'_, PyInt>) -> PyResult<bool> {
-        let table = self
-            .transports
-            .with(py, |t| t.as_ref().map(|d| d.clone_ref(py)));
-        match table {
-            Some(d) => {
-                let d = d.bind(py);
-                Ok(!d.is_empty() && d.contains(fd)?)
-            }
-            None => Ok(false),
-        }
-    }
 }
