@@ -30,6 +30,24 @@ use stats::Stats;
 use streams::Streams;
 use watchers::Watchers;
 
+/// Another reference to the same object: what the core's tables (`watchers.rs`,
+/// `streams.rs`) need of what they hold to hand it out, generic so that their rules are
+/// unit-tested without an interpreter. A `Py` needs the GIL token for it.
+pub trait Share {
+    /// What sharing needs: `Python<'_>` for a `Py`, `()` for a plain Rust value.
+    type Cx<'a>: Copy;
+    /// A new reference to the same object.
+    fn share(&self, cx: Self::Cx<'_>) -> Self;
+}
+
+impl<T> Share for Py<T> {
+    type Cx<'a> = Python<'a>;
+
+    fn share(&self, py: Python<'_>) -> Self {
+        self.clone_ref(py)
+    }
+}
+
 /// asyncio's `MAXIMUM_SELECT_TIMEOUT`: never wait longer than a day at once.
 pub const MAX_WAIT_SECS: f64 = 24.0 * 3600.0;
 

@@ -15,26 +15,17 @@ use crate::intmap::IntMap;
 
 use pyo3::prelude::*;
 
+use super::Share;
 use crate::driver::{Interest, Token};
 use crate::handles::Handle;
 
-/// What the table asks of a callback.
-pub trait Callback {
-    /// What [`Callback::share`] needs: the GIL token for a Python handle.
-    type Cx<'a>: Copy;
-    /// Another reference to the same callback (for the ready queue).
-    fn share(&self, cx: Self::Cx<'_>) -> Self;
-    /// Whether the callback was cancelled (its watcher is then dropped, not fired).
+/// What the table asks of a callback: to be shared (for the ready queue) and whether it
+/// was cancelled (its watcher is then dropped, not fired).
+pub trait Callback: Share {
     fn is_cancelled(&self) -> bool;
 }
 
 impl Callback for Py<Handle> {
-    type Cx<'a> = Python<'a>;
-
-    fn share(&self, py: Python<'_>) -> Self {
-        self.clone_ref(py)
-    }
-
     fn is_cancelled(&self) -> bool {
         self.get().is_cancelled()
     }
@@ -359,18 +350,21 @@ mod tests {
     use std::rc::Rc;
 
     use super::{Callback, DriverWork, Side, Watchers};
+    use crate::core::Share;
 
     /// A callback without Python: a name and a shared cancelled flag.
     #[derive(Debug)]
     struct Cb(&'static str, Rc<Cell<bool>>);
 
-    impl Callback for Cb {
+    impl Share for Cb {
         type Cx<'a> = ();
 
         fn share(&self, _: ()) -> Self {
             Cb(self.0, Rc::clone(&self.1))
         }
+    }
 
+    impl Callback for Cb {
         fn is_cancelled(&self) -> bool {
             self.1.get()
         }
