@@ -11,7 +11,8 @@ use std::sync::OnceLock;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyType};
 
 use super::StreamCore;
 use crate::core::watchers::Side;
@@ -25,9 +26,9 @@ use crate::transports::common::{with_scratch, would_block, TransportCore, MAX_RE
 /// (`recv_chunk`).
 pub(super) const BIG_READ: usize = 8 * 1024;
 
-/// Hands a received chunk to a protocol's reader directly, as the protocol's own
-/// `data_received` would; `None` when the protocol is not one it knows (the caller then
-/// calls `data_received`).
+/// Hands a received chunk for a protocol of exactly `asyncio.StreamReaderProtocol` to its
+/// reader directly, as the protocol's own `data_received` would; `None` when the reader is
+/// not one it knows (the caller then calls `data_received`).
 pub type FeedHook = for<'py> fn(&Bound<'py, PyAny>, &Bound<'py, PyBytes>) -> Option<PyResult<()>>;
 
 /// Set once by the bindings (`py::register`), which own the fast stream reader.
@@ -36,6 +37,25 @@ static FEED: OnceLock<FeedHook> = OnceLock::new();
 /// Installs the reader fast path (a second call is ignored).
 pub fn set_feed_hook(hook: FeedHook) {
     let _ = FEED.set(hook);
+}
+
+static STREAM_READER_PROTOCOL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// Whether `protocol` is exactly `asyncio.StreamReaderProtocol` (a subclass may override
+/// `data_received`): the only protocol the feed hook is called for, so every other one
+/// pays a type comparison here and no call.
+fn is_stream_reader_protocol(protocol: &Bound<'_, PyAny>) -> bool {
+    let py = protocol.py();
+    STREAM_READER_PROTOCOL
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(
+                py.import("asyncio.streams")?
+                    .getattr("StreamReaderProtocol")?
+                    .cast_into::<PyType>()?
+                    .unbind(),
+            )
+        })
+        .is_ok_and(|t| protocol.get_type().is(t.bind(py)))
 }
 
 impl StreamCore {
@@ -120,7 +140,11 @@ impl StreamCore {
         protocol: &Py<PyAny>,
         data: Bound<'_, PyBytes>,
     ) -> PyResult<()> {
-        let fed = FEED.get().and_then(|feed| feed(protocol.bind(py), &data));
+        let protocol_obj = protocol.bind(py);
+        let fed = match FEED.get() {
+            Some(feed) if is_stream_reader_protocol(protocol_obj) => feed(protocol_obj, &data),
+            _ => None,
+        };
         let res = match fed {
             Some(fed) => fed.map(|()| py.None()),
             None => protocol.call_method1(py, intern!(py, "data_received"), (data,)),
