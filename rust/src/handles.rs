@@ -13,8 +13,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::sys::gil::GilCell;
-use crate::sys::python::{
+use crate::ffi::gil::GilCell;
+use crate::ffi::python::{
     as_base, gc_track, gc_untrack, is_context, new_context, refcnt, run_in_context,
     sole_and_untracked,
 };

@@ -4,6 +4,7 @@
 pub mod core;
 pub mod driver;
 pub mod errors;
+pub mod ffi;
 pub mod handles;
 pub mod intmap;
 pub mod py;

@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod clock;
+pub mod handle;
 pub mod run;
 pub mod stats;
 pub mod streams;
@@ -23,12 +24,30 @@ use pyo3::prelude::*;
 use pyo3::PyTraverseError;
 
 use crate::driver::{Driver, Requested, Waker};
+use crate::ffi::gil::GilCell;
 use crate::handles::{lock, Handle, TimerHandle};
-use crate::sys::gil::GilCell;
 use crate::timers::TimerHeap;
 use stats::Stats;
 use streams::Streams;
 use watchers::Watchers;
+
+/// Another reference to the same object: what the core's tables (`watchers.rs`,
+/// `streams.rs`) need of what they hold to hand it out, generic so that their rules are
+/// unit-tested without an interpreter. A `Py` needs the GIL token for it.
+pub trait Share {
+    /// What sharing needs: `Python<'_>` for a `Py`, `()` for a plain Rust value.
+    type Cx<'a>: Copy;
+    /// A new reference to the same object.
+    fn share(&self, cx: Self::Cx<'_>) -> Self;
+}
+
+impl<T> Share for Py<T> {
+    type Cx<'a> = Python<'a>;
+
+    fn share(&self, py: Python<'_>) -> Self {
+        self.clone_ref(py)
+    }
+}
 
 /// asyncio's `MAXIMUM_SELECT_TIMEOUT`: never wait longer than a day at once.
 pub const MAX_WAIT_SECS: f64 = 24.0 * 3600.0;
@@ -78,7 +97,7 @@ pub const FREE_HANDLES_IDLE: usize = 1024;
 
 /// State of one event loop.
 pub struct LoopCore {
-    /// Ready queue, timers, watchers (guarded by the GIL, see `sys::gil`).
+    /// Ready queue, timers, watchers (guarded by the GIL, see `ffi::gil`).
     pub queues: GilCell<Queues>,
     /// Cancelled timers still in the heap (asyncio's `_timer_cancelled_count`).
     pub cancelled_timers: Arc<AtomicUsize>,

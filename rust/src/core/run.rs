@@ -17,8 +17,8 @@ use super::watchers::DriverWork;
 use super::{LoopCore, Queues, FREE_HANDLES_BUSY, FREE_HANDLES_IDLE, MAX_WAIT_SECS};
 use crate::driver::{Completion, MultiCompletion, Op, Token};
 use crate::errors::os_error;
+use crate::ffi::python::{context_is_empty, has_weakrefs, refcnt};
 use crate::handles::{lock, Args, Handle, RunOutcome, TimerHandle};
-use crate::sys::python::{context_is_empty, has_weakrefs, refcnt};
 use crate::timers::should_compact;
 
 /// A loop that has waited this long with nothing to do is idle: its handle freelists are

@@ -16,11 +16,16 @@
 //! way; its callback gets each new connection's fd (an `int >= 0`, the callback's to own)
 //! or the `-errno` that ended the accept. A multishot operation the kernel ends while its
 //! owner still wants it (buffers ran out, or it just stopped) is re-armed here.
+//!
+//! The table is generic over what it holds for a callback or a transport (`C`: a
+//! `Py<PyAny>` in the loop; it only stores, shares and hands back), so its rules are
+//! unit-tested without an interpreter (the tests below).
 
 use crate::intmap::IntMap;
 
 use pyo3::prelude::*;
 
+use super::Share;
 use crate::driver::{MultiCompletion, Token};
 
 /// A transport's flush, called by the core just before the wait, without a Python call.
@@ -39,9 +44,9 @@ pub const ACCEPT_BASE: Token = 1 << 52;
 /// ...and send tokens above those.
 pub const SEND_BASE: Token = 1 << 56;
 
-struct Recv {
+struct Recv<C> {
     fd: i32,
-    callback: Py<PyAny>,
+    callback: C,
     armed: bool,
     /// Stopped while in flight: cancelled, but chunks the kernel already took from the
     /// socket still reach the transport (which keeps them if it is only paused) until the
@@ -50,43 +55,47 @@ struct Recv {
 }
 
 /// What a receive completion asks of the loop.
-pub enum Action {
+pub enum Action<C = Py<PyAny>> {
     /// Nothing (a chunk of a stopped receive, a spent buffer run).
     None,
     /// Call the callback with the received bytes (built by the caller) or the result.
-    Deliver(Py<PyAny>),
+    Deliver(C),
 }
 
 /// The table of multishot receives, and of the transports' sends (io_uring).
-#[derive(Default)]
-pub struct Streams {
-    by_token: IntMap<Token, Recv>,
+pub struct Streams<C = Py<PyAny>> {
+    by_token: IntMap<Token, Recv<C>>,
     next: Token,
     to_arm: Vec<Token>,
     to_cancel: Vec<Token>,
     /// Sends in flight: token -> the transport and its completion hook.
-    sends: IntMap<Token, (Py<PyAny>, SentHook)>,
+    sends: IntMap<Token, (C, SentHook)>,
     /// Sends to submit at the next flush: (token, fd, msghdr address).
     to_send: Vec<(Token, i32, usize)>,
     /// Transports that wrote this iteration, with their flush hooks, run just before the
     /// wait so each sends what it gathered in one `sendmsg`, submitted with the wait.
-    dirty: Vec<(Py<PyAny>, FlushHook)>,
+    dirty: Vec<(C, FlushHook)>,
 }
 
+impl<C> Default for Streams<C> {
+    fn default() -> Self {
+        Streams {
+            by_token: IntMap::default(),
+            next: 0,
+            to_arm: Vec::new(),
+            to_cancel: Vec::new(),
+            sends: IntMap::default(),
+            to_send: Vec::new(),
+            dirty: Vec::new(),
+        }
+    }
+}
+
+// Token ranges, the same for every table.
 impl Streams {
     /// Whether `token` is one of ours.
     pub fn owns(token: Token) -> bool {
         token >= TOKEN_BASE
-    }
-
-    /// Receives registered (armed or waiting to be) and sends in flight.
-    pub fn len(&self) -> usize {
-        self.by_token.len() + self.sends.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.by_token.is_empty() && self.sends.is_empty()
     }
 
     /// Whether `token` is a send's.
@@ -98,16 +107,28 @@ impl Streams {
     pub fn is_accept(token: Token) -> bool {
         (ACCEPT_BASE..SEND_BASE).contains(&token)
     }
+}
+
+impl<C: Share> Streams<C> {
+    /// Receives registered (armed or waiting to be) and sends in flight.
+    pub fn len(&self) -> usize {
+        self.by_token.len() + self.sends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_token.is_empty() && self.sends.is_empty()
+    }
 
     /// A transport wrote: run `flush(owner)` before the next wait.
-    pub fn mark_dirty(&mut self, owner: Py<PyAny>, flush: FlushHook) {
+    pub fn mark_dirty(&mut self, owner: C, flush: FlushHook) {
         self.dirty.push((owner, flush));
     }
 
     /// Moves the flushes of this iteration into `into` (left empty by the caller; the
     /// vectors trade places, as in `take_work`). `false`: no transport wrote, and `into`
     /// is left alone.
-    pub fn take_dirty(&mut self, into: &mut Vec<(Py<PyAny>, FlushHook)>) -> bool {
+    pub fn take_dirty(&mut self, into: &mut Vec<(C, FlushHook)>) -> bool {
         if self.dirty.is_empty() {
             return false;
         }
@@ -116,7 +137,7 @@ impl Streams {
     }
 
     /// Queues one send of the header at `msg` on `fd`; `sent(owner, result)` hears the end.
-    pub fn send(&mut self, fd: i32, msg: usize, owner: Py<PyAny>, sent: SentHook) -> Token {
+    pub fn send(&mut self, fd: i32, msg: usize, owner: C, sent: SentHook) -> Token {
         self.next += 1;
         let token = SEND_BASE + self.next;
         self.sends.insert(token, (owner, sent));
@@ -137,23 +158,23 @@ impl Streams {
     }
 
     /// A send completed: its transport and hook.
-    pub fn complete_send(&mut self, token: Token) -> Option<(Py<PyAny>, SentHook)> {
+    pub fn complete_send(&mut self, token: Token) -> Option<(C, SentHook)> {
         self.sends.remove(&token)
     }
 
     /// Registers a receive on `fd`; armed at the next flush.
-    pub fn start(&mut self, fd: i32, callback: Py<PyAny>) -> Token {
+    pub fn start(&mut self, fd: i32, callback: C) -> Token {
         self.next += 1;
         self.register(TOKEN_BASE + self.next, fd, callback)
     }
 
     /// Registers an accept on the listening socket `fd`; armed at the next flush.
-    pub fn start_accept(&mut self, fd: i32, callback: Py<PyAny>) -> Token {
+    pub fn start_accept(&mut self, fd: i32, callback: C) -> Token {
         self.next += 1;
         self.register(ACCEPT_BASE + self.next, fd, callback)
     }
 
-    fn register(&mut self, token: Token, fd: i32, callback: Py<PyAny>) -> Token {
+    fn register(&mut self, token: Token, fd: i32, callback: C) -> Token {
         self.by_token.insert(
             token,
             Recv {
@@ -169,7 +190,7 @@ impl Streams {
 
     /// Stops a receive or accept: cancelled if in flight (its last chunks still come, see `Recv`),
     /// else forgotten; returns a callback for the caller to drop outside the cell.
-    pub fn stop(&mut self, token: Token) -> Option<Py<PyAny>> {
+    pub fn stop(&mut self, token: Token) -> Option<C> {
         let r = self.by_token.get_mut(&token)?;
         if r.armed {
             if !r.stopped {
@@ -211,18 +232,18 @@ impl Streams {
     /// What `c` means: deliver it, or nothing; re-arms an operation the kernel ended while
     /// its owner still wants it, forgets a stopped one at its final completion. The
     /// second value is a callback to drop outside the cell.
-    pub fn complete(&mut self, py: Python<'_>, c: &MultiCompletion) -> (Action, Option<Py<PyAny>>) {
+    pub fn complete(&mut self, cx: C::Cx<'_>, c: &MultiCompletion) -> (Action<C>, Option<C>) {
         let Some(r) = self.by_token.get_mut(&c.token) else {
             return (Action::None, None);
         };
         // A receive's ENOBUFS only means "re-arm"; an accept's is the kernel short of
         // memory, which the server hears (asyncio backs off on it).
         let quiet = c.result == -libc::ECANCELED
-            || (c.result == -libc::ENOBUFS && !Self::is_accept(c.token));
+            || (c.result == -libc::ENOBUFS && !Streams::is_accept(c.token));
         // Bytes, or a connection (fd 0 is one too).
-        let got = c.result > 0 || (c.result == 0 && Self::is_accept(c.token));
+        let got = c.result > 0 || (c.result == 0 && Streams::is_accept(c.token));
         let action = if got || !quiet {
-            Action::Deliver(r.callback.clone_ref(py))
+            Action::Deliver(r.callback.share(cx))
         } else {
             Action::None
         };
@@ -256,7 +277,7 @@ impl Streams {
     }
 
     /// Every Python object held (for the collector).
-    pub fn objects(&self) -> impl Iterator<Item = &Py<PyAny>> + '_ {
+    pub fn objects(&self) -> impl Iterator<Item = &C> + '_ {
         self.by_token
             .values()
             .map(|r| &r.callback)
@@ -265,13 +286,172 @@ impl Streams {
     }
 
     /// Removes everything (loop close).
-    pub fn clear(&mut self) -> Vec<Py<PyAny>> {
+    pub fn clear(&mut self) -> Vec<C> {
         self.to_arm.clear();
         self.to_cancel.clear();
         self.to_send.clear();
-        let mut out: Vec<Py<PyAny>> = self.by_token.drain().map(|(_, r)| r.callback).collect();
+        let mut out: Vec<C> = self.by_token.drain().map(|(_, r)| r.callback).collect();
         out.extend(self.sends.drain().map(|(_, (owner, _))| owner));
         out.extend(self.dirty.drain(..).map(|(owner, _)| owner));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pyo3::prelude::*;
+
+    use super::{Action, Streams, ACCEPT_BASE, SEND_BASE, TOKEN_BASE};
+    use crate::core::Share;
+    use crate::driver::MultiCompletion;
+
+    /// A callback or transport without Python.
+    #[derive(Debug, PartialEq)]
+    struct Obj(&'static str);
+
+    impl Share for Obj {
+        type Cx<'a> = ();
+
+        fn share(&self, _: ()) -> Self {
+            Obj(self.0)
+        }
+    }
+
+    // Hooks the table only stores and hands back; never called here.
+    fn flush(_: &Bound<'_, PyAny>) -> PyResult<()> {
+        Ok(())
+    }
+
+    fn sent(_: &Bound<'_, PyAny>, _: i32) -> bool {
+        true
+    }
+
+    fn done(token: u64, result: i32, more: bool) -> MultiCompletion {
+        MultiCompletion {
+            token,
+            result,
+            buf: None,
+            more,
+        }
+    }
+
+    fn arms(s: &mut Streams<Obj>) -> Vec<(u64, i32)> {
+        let (mut arm, mut cancel) = (Vec::new(), Vec::new());
+        s.take_work(&mut arm, &mut cancel);
+        arm
+    }
+
+    fn delivered(a: Action<Obj>) -> Option<&'static str> {
+        match a {
+            Action::Deliver(o) => Some(o.0),
+            Action::None => None,
+        }
+    }
+
+    #[test]
+    fn tokens_fall_in_their_ranges() {
+        let mut s: Streams<Obj> = Streams::default();
+        let recv = s.start(3, Obj("recv"));
+        let accept = s.start_accept(4, Obj("accept"));
+        let send = s.send(5, 0x1000, Obj("owner"), sent);
+        assert!(Streams::owns(recv) && (TOKEN_BASE..ACCEPT_BASE).contains(&recv));
+        assert!(Streams::is_accept(accept) && !Streams::is_send(accept));
+        assert!(Streams::is_send(send) && send >= SEND_BASE);
+        assert!(!Streams::owns(1), "watcher tokens are below");
+        assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn a_receive_delivers_chunks_and_is_rearmed_when_the_kernel_ends_it() {
+        let mut s: Streams<Obj> = Streams::default();
+        let t = s.start(3, Obj("cb"));
+        assert_eq!(arms(&mut s), vec![(t, 3)]);
+        assert!(arms(&mut s).is_empty(), "armed once");
+        let (a, gone) = s.complete((), &done(t, 100, true));
+        assert_eq!((delivered(a), gone), (Some("cb"), None));
+        // Buffers ran out: nothing to deliver, re-armed at the next flush.
+        let (a, gone) = s.complete((), &done(t, -libc::ENOBUFS, false));
+        assert_eq!((delivered(a), gone), (None, None));
+        assert_eq!(arms(&mut s), vec![(t, 3)]);
+        // End of stream and errors reach the callback.
+        let (a, _) = s.complete((), &done(t, 0, true));
+        assert_eq!(delivered(a), Some("cb"));
+        let (a, _) = s.complete((), &done(t, -libc::ECONNRESET, false));
+        assert_eq!(delivered(a), Some("cb"));
+        assert!(arms(&mut s).is_empty(), "an error ends the receive");
+    }
+
+    #[test]
+    fn stopping_an_armed_receive_cancels_it_and_keeps_its_chunks() {
+        let mut s: Streams<Obj> = Streams::default();
+        let t = s.start(3, Obj("cb"));
+        arms(&mut s);
+        assert!(
+            s.stop(t).is_none(),
+            "in flight: kept until its final completion"
+        );
+        assert_eq!(s.take_cancels(), vec![t]);
+        assert!(s.stop(t).is_none());
+        assert!(s.take_cancels().is_empty(), "cancelled once");
+        let (a, gone) = s.complete((), &done(t, 10, true));
+        assert_eq!((delivered(a), gone), (Some("cb"), None));
+        let (a, gone) = s.complete((), &done(t, -libc::ECANCELED, false));
+        assert_eq!((delivered(a), gone), (None, Some(Obj("cb"))));
+        assert!(s.is_empty());
+        // Not armed yet: removed at once.
+        let u = s.start(4, Obj("idle"));
+        assert_eq!(s.stop(u), Some(Obj("idle")));
+        assert!(arms(&mut s).is_empty());
+    }
+
+    #[test]
+    fn an_accept_delivers_fd_zero_and_its_enobufs() {
+        let mut s: Streams<Obj> = Streams::default();
+        let t = s.start_accept(9, Obj("server"));
+        arms(&mut s);
+        let (a, _) = s.complete((), &done(t, 0, true));
+        assert_eq!(delivered(a), Some("server"));
+        let (a, _) = s.complete((), &done(t, -libc::ENOBUFS, false));
+        assert_eq!(delivered(a), Some("server"), "the server hears it");
+    }
+
+    #[test]
+    fn sends_and_flushes_are_handed_back_once() {
+        let mut s: Streams<Obj> = Streams::default();
+        let t = s.send(5, 0x2000, Obj("tr"), sent);
+        let mut out = Vec::new();
+        s.take_sends(&mut out);
+        assert_eq!(out, vec![(t, 5, 0x2000)]);
+        s.cancel_send(t);
+        assert_eq!(s.take_cancels(), vec![t]);
+        assert_eq!(s.complete_send(t).map(|(o, _)| o), Some(Obj("tr")));
+        assert!(s.complete_send(t).is_none());
+        s.cancel_send(t);
+        assert!(s.take_cancels().is_empty(), "nothing in flight to cancel");
+
+        s.mark_dirty(Obj("a"), flush);
+        s.mark_dirty(Obj("b"), flush);
+        let mut dirty = Vec::new();
+        assert!(s.take_dirty(&mut dirty));
+        assert_eq!(
+            dirty.iter().map(|(o, _)| o.0).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        dirty.clear();
+        assert!(!s.take_dirty(&mut dirty));
+    }
+
+    #[test]
+    fn rearm_all_forgets_sends_and_stopped_receives() {
+        let mut s: Streams<Obj> = Streams::default();
+        let live = s.start(3, Obj("live"));
+        let stopped = s.start(4, Obj("stopped"));
+        s.send(5, 0, Obj("tr"), sent);
+        arms(&mut s);
+        s.stop(stopped);
+        s.rearm_all();
+        assert_eq!(arms(&mut s), vec![(live, 3)]);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.clear(), vec![Obj("live")]);
     }
 }

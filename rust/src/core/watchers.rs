@@ -6,13 +6,30 @@
 //! `Op::Poll`, re-submitted after its callback was queued. The re-submission reaches the
 //! kernel at the next wait, after the callback ran, so a callback that did not drain the fd
 //! is called again, and one that did is not.
+//!
+//! The table is generic over the callback (`H`: a `Py<Handle>` in the loop) and the file
+//! object (`F`), as `TimerHeap<T>` is over its items, so its rules are unit-tested without
+//! an interpreter (the tests below); [`Callback`] is all it asks of a callback.
 
 use crate::intmap::IntMap;
 
 use pyo3::prelude::*;
 
+use super::Share;
 use crate::driver::{Interest, Token};
 use crate::handles::Handle;
+
+/// What the table asks of a callback: to be shared (for the ready queue) and whether it
+/// was cancelled (its watcher is then dropped, not fired).
+pub trait Callback: Share {
+    fn is_cancelled(&self) -> bool;
+}
+
+impl Callback for Py<Handle> {
+    fn is_cancelled(&self) -> bool {
+        self.get().is_cancelled()
+    }
+}
 
 /// Read or write side of an fd.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,11 +50,11 @@ impl Side {
     }
 }
 
-struct Watch {
-    handle: Py<Handle>,
+struct Watch<H, F> {
+    handle: H,
     /// What the caller passed (an int or an object with `fileno()`): selectors find a
     /// registration by this object even after its `fileno()` turned -1.
-    fileobj: Py<PyAny>,
+    fileobj: F,
     /// The poll in flight for this watcher, if any.
     armed: Option<Token>,
     /// Queued for arming at the next flush.
@@ -45,7 +62,7 @@ struct Watch {
 }
 
 /// A removed watcher: its handle and the file object it was registered with.
-pub type Removed = (Py<Handle>, Py<PyAny>);
+pub type Removed<H = Py<Handle>, F = Py<PyAny>> = (H, F);
 
 /// Work for the driver, taken at each flush.
 #[derive(Default)]
@@ -70,9 +87,8 @@ impl DriverWork {
 }
 
 /// The table of fd watchers.
-#[derive(Default)]
-pub struct Watchers {
-    by_fd: IntMap<i32, [Option<Watch>; 2]>,
+pub struct Watchers<H = Py<Handle>, F = Py<PyAny>> {
+    by_fd: IntMap<i32, [Option<Watch<H, F>>; 2]>,
     by_token: IntMap<Token, (i32, Side)>,
     work: DriverWork,
     /// fd/side pairs that need an arm at the next flush (tokens assigned then).
@@ -83,6 +99,19 @@ pub struct Watchers {
     next_token: Token,
 }
 
+impl<H, F> Default for Watchers<H, F> {
+    fn default() -> Self {
+        Watchers {
+            by_fd: IntMap::default(),
+            by_token: IntMap::default(),
+            work: DriverWork::default(),
+            to_arm: Vec::new(),
+            rearm_after_batch: Vec::new(),
+            next_token: 0,
+        }
+    }
+}
+
 fn slot(side: Side) -> usize {
     match side {
         Side::Read => 0,
@@ -90,7 +119,7 @@ fn slot(side: Side) -> usize {
     }
 }
 
-impl Watchers {
+impl<H: Callback, F> Watchers<H, F> {
     /// Number of watched (fd, side) pairs.
     pub fn len(&self) -> usize {
         self.by_fd
@@ -113,13 +142,7 @@ impl Watchers {
     /// replaced and returned with the now unused `fileobj` (the registration keeps its first
     /// file object, as a selector key does): the caller cancels the old handle, as asyncio
     /// does, and drops both outside the cell.
-    pub fn add(
-        &mut self,
-        fd: i32,
-        side: Side,
-        handle: Py<Handle>,
-        fileobj: Py<PyAny>,
-    ) -> Option<Removed> {
+    pub fn add(&mut self, fd: i32, side: Side, handle: H, fileobj: F) -> Option<Removed<H, F>> {
         let entry = self.by_fd.entry(fd).or_default();
         match &mut entry[slot(side)] {
             Some(w) => Some((std::mem::replace(&mut w.handle, handle), fileobj)),
@@ -138,7 +161,7 @@ impl Watchers {
 
     /// Removes the watcher; returns its handle (for the caller to cancel) and its file
     /// object (to drop outside locks) if there was one.
-    pub fn remove(&mut self, fd: i32, side: Side) -> Option<Removed> {
+    pub fn remove(&mut self, fd: i32, side: Side) -> Option<Removed<H, F>> {
         let entry = self.by_fd.get_mut(&fd)?;
         let watch = entry[slot(side)].take()?;
         if entry.iter().all(Option::is_none) {
@@ -151,20 +174,19 @@ impl Watchers {
         Some((watch.handle, watch.fileobj))
     }
 
-    /// The fd a watcher was registered for with exactly this object (selectors'
-    /// exhaustive `_fileobj_lookup` fallback, for objects whose `fileno()` is now -1).
-    pub fn fd_of_object(&self, obj: &Bound<'_, PyAny>) -> Option<i32> {
+    /// The fd of the first watcher whose file object passes `test`.
+    pub fn fd_where(&self, test: impl Fn(&F) -> bool) -> Option<i32> {
         self.by_fd
             .iter()
-            .find_map(|(fd, e)| e.iter().flatten().any(|w| w.fileobj.is(obj)).then_some(*fd))
+            .find_map(|(fd, e)| e.iter().flatten().any(|w| test(&w.fileobj)).then_some(*fd))
     }
 
     /// The handle watching `fd`/`side`, if any.
-    pub fn get(&self, py: Python<'_>, fd: i32, side: Side) -> Option<Py<Handle>> {
+    pub fn get(&self, cx: H::Cx<'_>, fd: i32, side: Side) -> Option<H> {
         self.by_fd
             .get(&fd)
             .and_then(|e| e[slot(side)].as_ref())
-            .map(|w| w.handle.clone_ref(py))
+            .map(|w| w.handle.share(cx))
     }
 
     /// Moves the driver work accumulated since the last flush into `into`, which the
@@ -229,10 +251,10 @@ impl Watchers {
     /// The second value is a cancelled watcher removed by this call (to drop outside locks).
     pub fn complete(
         &mut self,
-        py: Python<'_>,
+        cx: H::Cx<'_>,
         token: Token,
         result: i32,
-    ) -> (Option<Py<Handle>>, Option<Removed>) {
+    ) -> (Option<H>, Option<Removed<H, F>>) {
         let Some((fd, side)) = self.by_token.remove(&token) else {
             return (None, None); // removed or replaced meanwhile
         };
@@ -244,12 +266,12 @@ impl Watchers {
             // EBADF and friends: the fd went away under the watcher; stay silent.
             return (None, None);
         }
-        if w.handle.get().is_cancelled() {
+        if w.handle.is_cancelled() {
             return (None, self.remove(fd, side));
         }
         w.pending = true;
         self.rearm_after_batch.push((fd, side));
-        (Some(w.handle.clone_ref(py)), None)
+        (Some(w.handle.share(cx)), None)
     }
 
     /// The batch that runs the queued watcher callbacks has started: their re-arms go to
@@ -278,16 +300,16 @@ impl Watchers {
         }
     }
 
-    /// Every Python object the table holds (for the collector's traversal).
-    pub fn objects(&self) -> impl Iterator<Item = &Py<PyAny>> + '_ {
+    /// Every watcher's callback and file object.
+    pub fn entries(&self) -> impl Iterator<Item = (&H, &F)> + '_ {
         self.by_fd
             .values()
             .flat_map(|e| e.iter().flatten())
-            .flat_map(|w| [w.handle.as_any(), &w.fileobj])
+            .map(|w| (&w.handle, &w.fileobj))
     }
 
-    /// Removes everything (loop close); returns the objects to drop outside locks.
-    pub fn clear(&mut self) -> Vec<Py<PyAny>> {
+    /// Removes everything (loop close); returns the watchers' callbacks and file objects.
+    pub fn drain_all(&mut self) -> Vec<Removed<H, F>> {
         self.by_token.clear();
         self.rearm_after_batch.clear();
         self.to_arm.clear();
@@ -295,7 +317,160 @@ impl Watchers {
         self.by_fd
             .drain()
             .flat_map(|(_, e)| e.into_iter().flatten())
-            .flat_map(|w| [w.handle.into_any(), w.fileobj])
+            .map(|w| (w.handle, w.fileobj))
             .collect()
+    }
+}
+
+// The loop's table: Python handles and file objects.
+impl Watchers {
+    /// The fd a watcher was registered for with exactly this object (selectors'
+    /// exhaustive `_fileobj_lookup` fallback, for objects whose `fileno()` is now -1).
+    pub fn fd_of_object(&self, obj: &Bound<'_, PyAny>) -> Option<i32> {
+        self.fd_where(|f| f.is(obj))
+    }
+
+    /// Every Python object the table holds (for the collector's traversal).
+    pub fn objects(&self) -> impl Iterator<Item = &Py<PyAny>> + '_ {
+        self.entries().flat_map(|(h, f)| [h.as_any(), f])
+    }
+
+    /// Removes everything (loop close); returns the objects to drop outside locks.
+    pub fn clear(&mut self) -> Vec<Py<PyAny>> {
+        self.drain_all()
+            .into_iter()
+            .flat_map(|(h, f)| [h.into_any(), f])
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use super::{Callback, DriverWork, Side, Watchers};
+    use crate::core::Share;
+
+    /// A callback without Python: a name and a shared cancelled flag.
+    #[derive(Debug)]
+    struct Cb(&'static str, Rc<Cell<bool>>);
+
+    impl Share for Cb {
+        type Cx<'a> = ();
+
+        fn share(&self, _: ()) -> Self {
+            Cb(self.0, Rc::clone(&self.1))
+        }
+    }
+
+    impl Callback for Cb {
+        fn is_cancelled(&self) -> bool {
+            self.1.get()
+        }
+    }
+
+    fn cb(name: &'static str) -> Cb {
+        Cb(name, Rc::new(Cell::new(false)))
+    }
+
+    /// The arms the next flush submits, as (token, fd, side).
+    fn flush(w: &mut Watchers<Cb, u32>) -> DriverWork {
+        let mut work = DriverWork::default();
+        w.take_work(&mut work);
+        work
+    }
+
+    #[test]
+    fn a_watcher_is_armed_once_and_fires_once_per_readiness() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        assert!(w.add(5, Side::Read, cb("r"), 50).is_none());
+        let work = flush(&mut w);
+        assert_eq!(work.arm.len(), 1);
+        let (token, fd, side) = work.arm[0];
+        assert_eq!((fd, side), (5, Side::Read));
+        assert!(flush(&mut w).is_empty(), "armed already: nothing to submit");
+        assert_eq!(w.in_flight(), 1);
+
+        let (run, removed) = w.complete((), token, 1);
+        assert_eq!(run.map(|c| c.0), Some("r"));
+        assert!(removed.is_none());
+        // Re-armed only once the batch running the callback has started.
+        assert!(flush(&mut w).is_empty());
+        w.batch_started();
+        let again = flush(&mut w);
+        assert_eq!(again.arm.len(), 1);
+        assert_ne!(again.arm[0].0, token, "a fresh token for each arm");
+        // A late completion of the old token is ignored.
+        assert!(w.complete((), token, 1).0.is_none());
+    }
+
+    #[test]
+    fn adding_again_replaces_the_handle_and_keeps_the_first_file_object() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        w.add(3, Side::Write, cb("first"), 30);
+        let (old, unused) = w.add(3, Side::Write, cb("second"), 31).expect("replaced");
+        assert_eq!((old.0, unused), ("first", 31));
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.get((), 3, Side::Write).map(|c| c.0), Some("second"));
+        assert_eq!(w.fd_where(|f| *f == 30), Some(3));
+        assert_eq!(w.fd_where(|f| *f == 31), None);
+    }
+
+    #[test]
+    fn removing_an_armed_watcher_cancels_its_poll() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        w.add(4, Side::Read, cb("r"), 40);
+        w.add(4, Side::Write, cb("w"), 41);
+        let tokens: Vec<_> = flush(&mut w).arm.iter().map(|a| a.0).collect();
+        let (h, f) = w.remove(4, Side::Read).expect("was there");
+        assert_eq!((h.0, f), ("r", 40));
+        assert_eq!(w.take_cancels(), vec![tokens[0]]);
+        assert!(w.remove(4, Side::Read).is_none());
+        assert!(!w.is_empty(), "the writer is still there");
+        assert!(
+            w.complete((), tokens[0], 1).0.is_none(),
+            "removed meanwhile"
+        );
+        w.remove(4, Side::Write);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn a_cancelled_callback_is_removed_by_its_completion_and_errors_stay_silent() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        let c = cb("c");
+        let flag = Rc::clone(&c.1);
+        w.add(7, Side::Read, c, 70);
+        w.add(8, Side::Read, cb("bad"), 80);
+        let arms = flush(&mut w).arm;
+        let token_of = |fd| arms.iter().find(|a| a.1 == fd).map(|a| a.0).expect("armed");
+        flag.set(true);
+        let (run, removed) = w.complete((), token_of(7), 1);
+        assert!(run.is_none());
+        assert_eq!(removed.map(|(h, f)| (h.0, f)), Some(("c", 70)));
+        // EBADF: the watcher stays, silent and unarmed.
+        let (run, removed) = w.complete((), token_of(8), -9);
+        assert!(run.is_none() && removed.is_none());
+        assert_eq!(w.len(), 1);
+        assert!(flush(&mut w).is_empty());
+    }
+
+    #[test]
+    fn arm_later_and_rearm_all_submit_again_under_new_tokens() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        w.add(1, Side::Read, cb("a"), 10);
+        w.add(2, Side::Write, cb("b"), 20);
+        let first = flush(&mut w).arm;
+        w.arm_later(first[0].0);
+        let retry = flush(&mut w).arm;
+        assert_eq!(retry.len(), 1);
+        assert_eq!(retry[0].1, first[0].1);
+        w.rearm_all();
+        let all = flush(&mut w).arm;
+        assert_eq!(all.len(), 2);
+        assert!(all.iter().all(|a| a.0 > retry[0].0));
+        assert_eq!(w.drain_all().len(), 2);
+        assert!(w.is_empty() && w.in_flight() == 0);
     }
 }

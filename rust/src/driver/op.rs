@@ -10,14 +10,7 @@
 //! `poll` driver refuses them, and their callers go by readiness there (tested in
 //! `rust/tests/driver_uring.rs`).
 
-/// A file descriptor number (`std::os::fd::RawFd` on Unix; a plain `i32` elsewhere, where
-/// the `poll` driver refuses fds).
-#[cfg(unix)]
-pub use std::os::fd::RawFd;
-/// A file descriptor number (`std::os::fd::RawFd` on Unix; a plain `i32` elsewhere, where
-/// the `poll` driver refuses fds).
-#[cfg(not(unix))]
-pub type RawFd = i32;
+use crate::sys::RawFd;
 
 /// Caller-chosen identifier of one submitted operation; echoed in its completion.
 /// `u64::MAX` is reserved by the drivers for their own use.

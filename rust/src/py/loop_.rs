@@ -1,6 +1,7 @@
-//! `rsloop._rsloop.Loop`: the native base of `rsloop.Loop`.
+//! `rsloop._rsloop.Loop`: the native base of `rsloop.Loop`, and the one home of its impl.
 //! Methods are grouped under the same banners as `asyncio.AbstractEventLoop`; each one
-//! checks its arguments, converts them, and delegates to `core/`.
+//! checks its arguments, converts them, and delegates to `core/`. The scheduling methods'
+//! argument reading is `scheduling.rs`'s, the `sock_*` work `sock.rs`'s (both call in here).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,15 +13,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
-use super::convert::seconds;
-use super::support::{asyncio_types, call_on_loop, format_module};
+use super::convert::{fileobj_to_fd, seconds, watchable_fd};
+use super::futures::{asyncio_types, call_on_loop};
 use crate::core::backend::planned_backend;
+use crate::core::handle::format_module;
 use crate::core::watchers::Side;
 use crate::core::LoopCore;
 use crate::driver::Requested;
+use crate::ffi::gil::GilCell;
+use crate::ffi::python::{call_kw, thread_ident};
 use crate::handles::{lock, Args, Handle, TimerHandle};
-use crate::sys::gil::GilCell;
-use crate::sys::python::{call_kw, thread_ident};
 
 /// The native event loop. Python code uses it through `rsloop.Loop`.
 #[pyclass(subclass, frozen, module = "rsloop._rsloop", name = "Loop")]
@@ -30,9 +32,16 @@ pub struct Loop {
     /// The dict behind `loop._transports` (fd -> weak transport), for the `sock_*` check.
     pub(super) transports: GilCell<Option<Py<PyDict>>>,
     /// `{"loop": self}` for `Future(**kwargs)` and `Task(coro, **kwargs)` made on the loop's
-    /// thread during a run, before 3.12 (`support::call_on_loop`); callees copy a
+    /// thread during a run, before 3.12 (`futures::call_on_loop`); callees copy a
     /// `**kwargs` dict, never keep it. Dropped when the run ends.
     pub(super) run_kwargs: GilCell<Option<Py<PyDict>>>,
+}
+
+impl Loop {
+    /// The core of `obj` if it is a native loop (`core::handle::set_core_of`).
+    pub(super) fn core_of(obj: &Bound<'_, PyAny>) -> Option<Arc<LoopCore>> {
+        obj.cast::<Loop>().ok().map(|lp| Arc::clone(&lp.get().core))
+    }
 }
 
 #[pymethods]
@@ -332,7 +341,7 @@ impl Loop {
     /// listening socket can be closed right after); connections it already took still
     /// reach the callback.
     fn _accept_stop(&self, py: Python<'_>, token: u64) -> PyResult<()> {
-        self.recv_stop(py, token)
+        self.core.stop_receive(py, token)
     }
 
     /// Tells the `sock_*` methods which dict maps fds to transports (`loop._transports`'
@@ -430,7 +439,7 @@ impl Loop {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        this.check_closed()?;
+        this.core.check_closed()?;
         let name = name.filter(|n| !n.is_none());
         let context = context.filter(|c| !c.is_none());
         let has_kwargs = kwargs.is_some_and(|k| !k.is_empty());
@@ -467,12 +476,12 @@ impl Loop {
         args: Args,
         context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        self.check_closed()?;
+        self.core.check_closed()?;
         let debug = self.core.debug();
         if debug {
             self.debug_checks(py, &callback, "call_soon")?;
         }
-        let handle = self.make_handle(py, callback, args, context, debug)?;
+        let handle = self.core.make_handle(py, callback, args, context, debug)?;
         self.core.push_ready(py, handle.clone_ref(py));
         Ok(handle)
     }
@@ -484,7 +493,7 @@ impl Loop {
         args: Args,
         context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        self.check_closed()?;
+        self.core.check_closed()?;
         let debug = self.core.debug();
         if debug {
             format_module(py)?.call_method1(
@@ -492,7 +501,7 @@ impl Loop {
                 (&callback, "call_soon_threadsafe"),
             )?;
         }
-        let handle = self.make_handle(py, callback, args, context, debug)?;
+        let handle = self.core.make_handle(py, callback, args, context, debug)?;
         if self.on_loop_thread() {
             self.core.push_ready(py, handle.clone_ref(py));
         } else {
@@ -557,5 +566,151 @@ impl Loop {
             }
         }
         Ok(timer)
+    }
+}
+
+// The helpers of the methods above: thread and closed checks, timers, fd watchers.
+// Some serve only `sock_*` (absent on Windows).
+#[cfg_attr(not(unix), allow(dead_code))]
+impl Loop {
+    // Whether the caller is the thread inside this loop's `run_forever`, which made the
+    // loop asyncio's running loop (`events._set_running_loop`) before entering it.
+    pub(super) fn on_loop_thread(&self) -> bool {
+        self.core.thread_id.load(Ordering::Relaxed) == thread_ident()
+    }
+
+    /// The running loop's `{"loop": lp}` dict (see `call_on_loop`), made at the run's
+    /// first call; only the loop's thread may call this, while it runs the loop.
+    pub(super) fn loop_kwarg<'py>(&self, lp: &Bound<'py, Loop>) -> PyResult<Bound<'py, PyDict>> {
+        let py = lp.py();
+        if let Some(d) = self
+            .run_kwargs
+            .with(py, |k| k.as_ref().map(|d| d.clone_ref(py)))
+        {
+            return Ok(d.into_bound(py));
+        }
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "loop"), lp)?;
+        self.run_kwargs.with(py, |k| *k = Some(d.clone().unbind()));
+        Ok(d)
+    }
+
+    // BaseEventLoop._check_thread (debug mode only).
+    pub(super) fn check_thread(&self) -> PyResult<()> {
+        let owner = self.core.thread_id.load(Ordering::Relaxed);
+        if owner != 0 && owner != thread_ident() {
+            return Err(PyRuntimeError::new_err(
+                "Non-thread-safe operation invoked on an event loop other than the current one",
+            ));
+        }
+        Ok(())
+    }
+
+    // The debug-mode checks asyncio makes before scheduling.
+    pub(super) fn debug_checks(
+        &self,
+        py: Python<'_>,
+        callback: &Py<PyAny>,
+        method: &str,
+    ) -> PyResult<()> {
+        self.check_thread()?;
+        format_module(py)?.call_method1(intern!(py, "check_callback"), (callback, method))?;
+        Ok(())
+    }
+
+    /// Starts a multishot accept for a server (`None`: accept by readiness instead).
+    pub(super) fn accept_start(
+        &self,
+        py: Python<'_>,
+        fd: i32,
+        callback: Py<PyAny>,
+    ) -> PyResult<Option<u64>> {
+        self.core.check_closed()?;
+        Ok(self.core.accept_start(py, fd, callback))
+    }
+
+    pub(super) fn schedule_at(
+        &self,
+        py: Python<'_>,
+        when: f64,
+        callback: Py<PyAny>,
+        args: Args,
+        context: Option<Py<PyAny>>,
+        method: &str,
+    ) -> PyResult<Py<TimerHandle>> {
+        self.core.check_closed()?;
+        let debug = self.core.debug();
+        if debug {
+            self.debug_checks(py, &callback, method)?;
+        }
+        let (context, tb) = self.core.handle_parts(py, context, debug)?;
+        let timer = match self.core.queues.with(py, |q| q.free_timers.pop()) {
+            Some(t) => {
+                let bound = t.bind(py);
+                bound
+                    .as_super()
+                    .get()
+                    .refill(py, callback, args, context, tb, debug);
+                bound.get().rearm(when);
+                t
+            }
+            None => {
+                let base = Handle::new(callback, args, context, tb, debug);
+                let timer = TimerHandle::new(when, Arc::clone(&self.core.cancelled_timers));
+                Py::new(py, PyClassInitializer::from(base).add_subclass(timer))?
+            }
+        };
+        self.core.push_timer(py, when, timer.clone_ref(py));
+        Ok(timer)
+    }
+
+    pub(super) fn add_watcher(
+        &self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        side: Side,
+        callback: Py<PyAny>,
+        args: Args,
+    ) -> PyResult<Py<Handle>> {
+        let fileobj = fd.clone().unbind();
+        let fd = watchable_fd(fileobj_to_fd(fd)?)?;
+        self.core
+            .add_watcher_checked(py, fileobj, fd, side, callback, args)
+    }
+
+    pub(super) fn remove_watcher(
+        &self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        side: Side,
+    ) -> PyResult<bool> {
+        if self.core.closed() {
+            return Ok(false);
+        }
+        let fd = match fileobj_to_fd(fd).map(i32::try_from) {
+            Ok(Ok(n)) => n,
+            // No watcher can be on an fd past a C int: nothing to remove, as asyncio says.
+            Ok(Err(_)) => return Ok(false),
+            Err(e) => match self.core.queues.with(py, |q| q.watchers.fd_of_object(fd)) {
+                Some(n) => n,
+                None => return Err(e),
+            },
+        };
+        self.core.remove_watcher_fd(py, fd, side)
+    }
+
+    /// Whether `fd` is a key of the fd -> transport table (`_set_transport_table`), so that
+    /// `_sock_check_fd_free` must look: a dict lookup, no Python call, in the common case.
+    pub(super) fn fd_has_owner(&self, py: Python<'_>, fd: &Bound<'_, PyInt>) -> PyResult<bool> {
+        let table = self
+            .transports
+            .with(py, |t| t.as_ref().map(|d| d.clone_ref(py)));
+        match table {
+            Some(d) => {
+                let d = d.bind(py);
+                Ok(!d.is_empty() && d.contains(fd)?)
+            }
+            None => Ok(false),
+        }
     }
 }

@@ -2,20 +2,23 @@
 
 mod clock;
 pub mod convert;
+mod futures;
 pub mod loop_;
 mod scheduling;
 #[cfg(unix)]
 mod sock;
 #[cfg(unix)]
-pub mod sockaddr;
-#[cfg(unix)]
 pub mod streams;
-mod support;
 
 use pyo3::prelude::*;
 
-/// Adds the Python-visible classes to the module.
+/// Adds the Python-visible classes to the module, and hands the layers below the two ways
+/// up they need: from a loop object to its core (the transports are made with the loop),
+/// and a stream transport's chunks straight into the fast stream reader.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    crate::core::handle::set_core_of(loop_::Loop::core_of);
+    #[cfg(unix)]
+    crate::transports::stream::set_feed_hook(streams::feed_from_protocol);
     m.add_class::<loop_::Loop>()?;
     m.add_class::<clock::ClockState>()?;
     scheduling::install_all(m.py())?;
@@ -28,7 +31,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(unix)]
     m.add_class::<streams::StreamOp>()?;
     #[cfg(unix)]
-    crate::sys::iternext::install::<streams::StreamOpNext>(m.py());
+    crate::ffi::iternext::install::<streams::StreamOpNext>(m.py());
     #[cfg(unix)]
     m.add_class::<streams::StreamReaderCore>()?;
     m.add_function(wrap_pyfunction!(set_malloc_thresholds, m)?)?;

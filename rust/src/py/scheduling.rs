@@ -1,5 +1,5 @@
 //! `call_soon`, `call_soon_threadsafe`, `call_later`, `call_at`, `create_task` and
-//! `create_future` as Python sees them: methods installed by `sys::fastcall`, which read
+//! `create_future` as Python sees them: methods installed by `ffi::fastcall`, which read
 //! `(..., callback, *args, context=None)`, `(coro, *, name=None, context=None,
 //! **kwargs)` and `()` from the vectorcall arguments (see there for why not PyO3's
 //! parsing).
@@ -13,10 +13,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::futures::new_future;
 use super::loop_::Loop;
-use super::support::new_future;
+use crate::ffi::fastcall::{install, FastArgs, FastMethod};
 use crate::handles::{Args, TimerHandle};
-use crate::sys::fastcall::{install, FastArgs, FastMethod};
 
 /// Installs the six methods on the native loop type.
 pub fn install_all(py: Python<'_>) -> PyResult<()> {
@@ -216,7 +216,7 @@ Like call_soon(), but safe to call from another thread.";
     // Skipped off the loop's thread too, where the producers of cross-thread callbacks
     // run: once the arguments are parsed, every object moves into the handle and the
     // handle into the queue, so nothing is dropped; what an error (a closed loop) drops
-    // is released when the error is raised, attached (`sys::fastcall`). Raising the count
+    // is released when the error is raised, attached (`ffi::fastcall`). Raising the count
     // took an eighth of the time of a post from a thread PyO3 had not seen.
     #[inline(always)]
     fn skip_attach_count(_slf: &Bound<'_, Loop>) -> bool {

@@ -27,13 +27,13 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyInt, PyTuple};
 use pyo3::PyTraverseError;
 
+use super::futures::new_future;
 use super::loop_::Loop;
-use super::support::new_future;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
+use crate::ffi::buffer::{recv_bytes, recv_into_export, send_export};
+use crate::ffi::gil::GilCell;
 use crate::handles::{Args, Handle};
-use crate::sys::buffer::{recv_bytes, recv_into_export, send_export};
-use crate::sys::gil::GilCell;
 use crate::sys::sock;
 use crate::transports::common::would_block;
 
@@ -183,6 +183,7 @@ impl SockWaiter {
             Some(h) => this
                 .loop_
                 .get()
+                .core
                 .remove_watcher_if(py, this.fd, this.side, h)
                 .map(drop),
             None => Ok(()),
@@ -260,6 +261,7 @@ impl SockWaiter {
             Some(h) => this
                 .loop_
                 .get()
+                .core
                 .remove_watcher_if(py, this.fd, this.side, h)
                 .map(drop),
             None => Ok(()),
@@ -322,7 +324,7 @@ fn park<'py>(
             })),
         },
     )?;
-    let handle = this.add_watcher_fd(
+    let handle = this.core.add_watcher_fd(
         py,
         fd_obj.into_any().unbind(),
         fd,
@@ -441,21 +443,4 @@ pub(super) fn sendall<'py>(
     }
     let op = Op::SendBuffer { data: export, sent };
     park(lp, sock, fd, Side::Write, op)
-}
-
-impl Loop {
-    /// Whether `fd` is a key of the fd -> transport table (`_set_transport_table`), so that
-    /// `_sock_check_fd_free` must look: a dict lookup, no Python call, in the common case.
-    fn fd_has_owner(&self, py: Python<'_>, fd: &Bound<'_, PyInt>) -> PyResult<bool> {
-        let table = self
-            .transports
-            .with(py, |t| t.as_ref().map(|d| d.clone_ref(py)));
-        match table {
-            Some(d) => {
-                let d = d.bind(py);
-                Ok(!d.is_empty() && d.contains(fd)?)
-            }
-            None => Ok(false),
-        }
-    }
 }

@@ -1,9 +1,24 @@
-//! Small `unsafe` islands over libc. Every `unsafe` block in the crate outside the drivers
-//! lives here, each with a `// SAFETY:` line.
-//! Owns: raw syscalls and errno text. Not: deciding what to do with a result (callers).
+//! Small `unsafe` islands over the OS (libc): the lowest layer, imported by every other and
+//! importing none of them (the CPython C-API wrappers are `ffi/`, one step up beside it).
+//! Owns: raw syscalls, socket addresses as the kernel sees them, errno text, the clock,
+//! glibc's malloc tunables, [`RawFd`]. Not: deciding what to do with a result (callers),
+//! anything that touches a Python object (`ffi/`).
+//!
+//! SAFETY discipline: every `unsafe` block carries a `// SAFETY:` line that says why each
+//! pointer it hands the kernel or libc is valid and large enough for the call, and for how
+//! long (a buffer a call fills stays borrowed until it returns); an fd is only a number
+//! here, so a call on a closed one fails with `EBADF` and is never undefined behaviour.
+//! Failing calls become `io::Error` through [`syscall!`] or `last_os_error`, never a panic.
 
+/// A file descriptor number (`std::os::fd::RawFd` on Unix; a plain `i32` elsewhere, where
+/// the `poll` driver refuses fds).
 #[cfg(unix)]
-pub mod buffer;
+pub use std::os::fd::RawFd;
+/// A file descriptor number (`std::os::fd::RawFd` on Unix; a plain `i32` elsewhere, where
+/// the `poll` driver refuses fds).
+#[cfg(not(unix))]
+pub type RawFd = i32;
+
 // The io_uring driver's waker: not compiled in the "portable" build (Cargo.toml).
 #[cfg(all(target_os = "linux", not(feature = "portable")))]
 pub mod eventfd;
@@ -43,17 +58,13 @@ pub(crate) use syscall;
 
 /// Off Unix there is no fd to check: the portable driver refuses fds itself.
 #[cfg(not(unix))]
-pub fn fd_check_pollable(_fd: crate::driver::op::RawFd) -> std::io::Result<()> {
+pub fn fd_check_pollable(_fd: RawFd) -> std::io::Result<()> {
     Ok(())
 }
 
 /// Off Unix no operation hands out fds (accepts are the `uring` driver's).
 #[cfg(not(unix))]
-pub fn close_raw(_fd: crate::driver::op::RawFd) {}
+pub fn close_raw(_fd: RawFd) {}
 
 pub mod clock;
-pub mod fastcall;
-pub mod gil;
-pub mod iternext;
 pub mod malloc;
-pub mod python;

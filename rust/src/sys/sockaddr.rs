@@ -1,7 +1,7 @@
 //! Socket addresses as the kernel passes them (`sockaddr_storage` + length), and the text
 //! forms of IP addresses as libc writes and reads them.
 //! Owns: building and taking apart `sockaddr_in`/`sockaddr_in6`/`sockaddr_un`, `inet_ntop`
-//! and `inet_pton`. Not: which Python objects stand for an address (`py/sockaddr.rs`).
+//! and `inet_pton`. Not: which Python objects stand for an address (`transports/sockaddr.rs`).
 //!
 //! The text conversions call libc rather than std's `Display`/`FromStr`: Python's socket
 //! module calls libc, and std differs on some forms (glibc writes `::1.2.3.4` where std

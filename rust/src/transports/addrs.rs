@@ -2,11 +2,11 @@
 //! Owns: remembering which Python object stands for which kernel address, so a repeat
 //! sender's address is not rebuilt (`str` + `int` + `tuple`) for every datagram and a
 //! reply to it (`sendto(data, addr)` with the object just received) is not parsed again.
-//! Not: building or parsing those objects (`py/sockaddr.rs`).
+//! Not: building or parsing those objects (`transports/sockaddr.rs`).
 //!
 //! Python makes a new tuple per `recvfrom`; handing out an equal, immutable one again is
 //! indistinguishable except by identity. Only objects this module was given by the
-//! receive path (made by `py/sockaddr.rs`) or that parsed natively (exact `tuple`/`str`/
+//! receive path (made by `transports/sockaddr.rs`) or that parsed natively (exact `tuple`/`str`/
 //! `bytes` of `str` and `int`) are kept, so every cached object is immutable.
 
 use pyo3::gc::PyVisit;

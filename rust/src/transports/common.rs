@@ -14,8 +14,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
+use crate::core::handle::LoopHandle;
 use crate::handles::Args;
-use crate::py::loop_::Loop;
 
 /// asyncio's `max_size`: the most one receive asks for.
 pub(crate) const MAX_READ: usize = 256 * 1024;
@@ -217,7 +217,7 @@ pub(crate) struct WriteBuffer {
 /// A transport core, as the shared steps below see it.
 pub(crate) trait TransportCore {
     /// The loop the transport runs on.
-    fn event_loop(&self) -> &Py<Loop>;
+    fn event_loop(&self) -> &LoopHandle;
 
     /// Runs `f` on the shared state and the write buffer, under the state cell (so `f`
     /// must not run Python code).
@@ -327,9 +327,7 @@ pub(crate) trait TransportCore {
     fn schedule_connection_lost(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
         if let Some(shell) = self.shell(py) {
             let cb = shell.getattr(py, intern!(py, "_call_connection_lost"))?;
-            self.event_loop()
-                .get()
-                .call_soon_native(py, cb, Args::One(exc))?;
+            self.event_loop().call_soon(py, cb, Args::One(exc))?;
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! with. Not: the water marks and the `close`/`_force_close`/`pause_reading` state machine
 //! shared with the stream core (`common.rs`); the transport object Python sees
 //! (`rsloop._transports.DatagramTransport`: extra info, repr, `connection_lost` and socket
-//! close, error reporting), turning addresses into Python objects (`py/sockaddr.rs`).
+//! close, error reporting), turning addresses into Python objects (`transports/sockaddr.rs`).
 //!
 //! Behaviour is asyncio's `_SelectorDatagramTransport` step for step, for the running
 //! Python's version (the shell passes what differs: empty datagrams and the write-buffer
@@ -23,7 +23,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
 use pyo3::PyTraverseError;
 
 use super::addrs::AddrCache;
@@ -31,13 +31,13 @@ use super::common::{
     is_exit, requested_limits, with_scratch, would_block, Base, Chunk, TransportCore, WriteBuffer,
     LOST_WRITES_LOG_THRESHOLD, MAX_READ,
 };
+use super::sockaddr;
+use crate::core::handle::LoopHandle;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
+use crate::ffi::buffer::buffer_to_vec;
+use crate::ffi::gil::GilCell;
 use crate::handles::Args;
-use crate::py::loop_::Loop;
-use crate::py::sockaddr;
-use crate::sys::buffer::buffer_to_vec;
-use crate::sys::gil::GilCell;
 use crate::sys::sock;
 use crate::sys::sockaddr::SockAddr;
 
@@ -105,7 +105,7 @@ pub struct DatagramCore {
     /// `None`: the write-buffer size is the queued bytes (3.10); `Some(n)`: asyncio's
     /// counter, with `n` header bytes per datagram (0 on 3.11/3.12, 8 on 3.13).
     size_header: Option<i64>,
-    loop_: Py<Loop>,
+    loop_: LoopHandle,
     state: GilCell<State>,
 }
 
@@ -190,7 +190,7 @@ impl<'py> Payload<'py> {
 }
 
 impl TransportCore for DatagramCore {
-    fn event_loop(&self) -> &Py<Loop> {
+    fn event_loop(&self) -> &LoopHandle {
         &self.loop_
     }
 
@@ -231,10 +231,7 @@ impl DatagramCore {
             Side::Write => intern!(py, "_sendto_ready"),
         };
         let cb = slf.getattr(name)?.unbind();
-        let fd = PyInt::new(py, self.fd);
-        self.loop_
-            .get()
-            .add_watcher(py, fd.as_any(), side, cb, Args::Zero)?;
+        self.loop_.add_watcher(py, self.fd, side, cb, Args::Zero)?;
         if side == Side::Write {
             self.state.with(py, |s| s.writing = true);
         }
@@ -245,8 +242,7 @@ impl DatagramCore {
         if side == Side::Write {
             self.state.with(py, |s| s.writing = false);
         }
-        let fd = PyInt::new(py, self.fd);
-        self.loop_.get().remove_watcher(py, fd.as_any(), side)?;
+        self.loop_.remove_watcher(py, self.fd, side)?;
         Ok(())
     }
 
@@ -411,7 +407,7 @@ impl DatagramCore {
     #[pyo3(signature = (loop_, shell, sock, fd, family, protocol, address, connected, allow_empty, size_header))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        loop_: Py<Loop>,
+        loop_: &Bound<'_, PyAny>,
         shell: Py<PyAny>,
         sock: Py<PyAny>,
         fd: i32,
@@ -421,14 +417,14 @@ impl DatagramCore {
         connected: bool,
         allow_empty: bool,
         size_header: Option<i64>,
-    ) -> Self {
-        DatagramCore {
+    ) -> PyResult<Self> {
+        Ok(DatagramCore {
             fd,
             family,
             connected,
             allow_empty,
             size_header,
-            loop_,
+            loop_: LoopHandle::of(loop_)?,
             state: GilCell::new(State {
                 base: Base::new(protocol, shell),
                 sock: Some(sock),
@@ -439,11 +435,11 @@ impl DatagramCore {
                 counter: 0,
                 addrs: AddrCache::default(),
             }),
-        }
+        })
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.loop_)?;
+        visit.call(self.loop_.obj())?;
         if let Some(s) = self.state.peek_for_gc(&visit) {
             for o in [&s.base.protocol, &s.base.shell, &s.sock, &s.address]
                 .into_iter()

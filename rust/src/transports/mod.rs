@@ -9,4 +9,6 @@ pub(crate) mod common;
 #[cfg(unix)]
 pub mod datagram;
 #[cfg(unix)]
+pub mod sockaddr;
+#[cfg(unix)]
 pub mod stream;

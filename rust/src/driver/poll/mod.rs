@@ -22,7 +22,7 @@ use sources::Added;
 use sources::{Change, Sources};
 
 #[cfg(unix)]
-use crate::driver::op::RawFd;
+use crate::sys::RawFd;
 
 /// The mio token of the driver's waker; fds use their own number as token.
 const TOKEN_WAKER: mio::Token = mio::Token(usize::MAX);
@@ -124,7 +124,7 @@ impl PollDriver {
     fn submit_poll(
         &mut self,
         token: Token,
-        _fd: crate::driver::op::RawFd,
+        _fd: crate::sys::RawFd,
         interest: Interest,
     ) -> io::Result<()> {
         check_op(token, interest)?;

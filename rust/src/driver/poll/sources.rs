@@ -9,7 +9,8 @@
 
 use crate::intmap::IntMap;
 
-use crate::driver::op::{Completion, Interest, RawFd, Token};
+use crate::driver::op::{Completion, Interest, Token};
+use crate::sys::RawFd;
 
 /// One pending Poll op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

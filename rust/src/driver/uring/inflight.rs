@@ -8,7 +8,8 @@
 
 use crate::intmap::IntMap;
 
-use crate::driver::op::{Interest, RawFd, Token};
+use crate::driver::op::{Interest, Token};
+use crate::sys::RawFd;
 
 /// The largest `user_data` this table hands out; internal tokens are above it.
 pub(super) const MAX_USER_DATA: u64 = (1 << 63) - 1;

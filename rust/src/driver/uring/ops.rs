@@ -3,7 +3,8 @@
 
 use io_uring::{opcode, squeue, types};
 
-use crate::driver::op::{Interest, RawFd};
+use crate::driver::op::Interest;
+use crate::sys::RawFd;
 
 const POLLIN: u32 = libc::POLLIN as u32;
 const POLLOUT: u32 = libc::POLLOUT as u32;

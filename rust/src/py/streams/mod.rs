@@ -35,7 +35,6 @@ const DEFAULT_LIMIT: isize = 1 << 16;
 struct Cached {
     incomplete: Py<PyAny>,
     overrun: Py<PyAny>,
-    stream_reader_protocol: Py<PyType>,
 }
 
 static CACHED: PyOnceLock<Cached> = PyOnceLock::new();
@@ -43,14 +42,9 @@ static CACHED: PyOnceLock<Cached> = PyOnceLock::new();
 fn cached(py: Python<'_>) -> PyResult<&Cached> {
     CACHED.get_or_try_init(py, || {
         let exceptions = py.import("asyncio.exceptions")?;
-        let streams = py.import("asyncio.streams")?;
         Ok(Cached {
             incomplete: exceptions.getattr("IncompleteReadError")?.unbind(),
             overrun: exceptions.getattr("LimitOverrunError")?.unbind(),
-            stream_reader_protocol: streams
-                .getattr("StreamReaderProtocol")?
-                .cast_into::<PyType>()?
-                .unbind(),
         })
     })
 }

@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
-use crate::sys::buffer::{bytearray_find, bytearray_starts_with, take_front};
-use crate::sys::iternext::{IterNext, Next};
+use crate::ffi::buffer::{bytearray_find, bytearray_starts_with, take_front};
+use crate::ffi::iternext::{IterNext, Next};
 
 use super::reader::{
     buffer, buffer_empty_not_eof, buffer_len, check_exception, eof, limit, maybe_resume_transport,
@@ -382,7 +382,7 @@ fn as_method_result(next: PyResult<Next>) -> PyResult<Py<PyAny>> {
     }
 }
 
-/// `next(op)`, the path of every `await` (see `sys::iternext`).
+/// `next(op)`, the path of every `await` (see `ffi::iternext`).
 pub struct StreamOpNext;
 
 impl IterNext for StreamOpNext {

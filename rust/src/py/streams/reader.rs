@@ -8,11 +8,11 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyString, PyTuple, PyType
 use pyo3::PyTraverseError;
 use std::collections::VecDeque;
 
-use crate::sys::buffer::{bytearray_extend, take_front};
-use crate::sys::gil::GilCell;
+use crate::ffi::buffer::{bytearray_extend, take_front};
+use crate::ffi::gil::GilCell;
 
 use super::op::{Kind, StreamOp};
-use super::{cached, ASYNCIO_DRAIN, DEFAULT_LIMIT, FAST_READER};
+use super::{ASYNCIO_DRAIN, DEFAULT_LIMIT, FAST_READER};
 
 /// asyncio's `StreamReader` attributes. The bytes of asyncio's `_buffer` are `buffer`
 /// followed by `chunks` (received `bytes`, the first with `chunk_off` bytes already
@@ -236,8 +236,9 @@ fn feed_data(r: &Reader<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-/// A received chunk for a plain `asyncio.StreamReaderProtocol`, as its `data_received`
-/// would hand it to its reader. `None`: not such a protocol, the caller calls
+/// A received chunk for a plain `asyncio.StreamReaderProtocol` (the stream transport
+/// checked the type: `transports::stream::FeedHook`), as its `data_received` would hand it
+/// to its reader. `None`: the fast streams are not in place, the caller calls
 /// `data_received` itself.
 pub fn feed_from_protocol(
     protocol: &Bound<'_, PyAny>,
@@ -245,10 +246,6 @@ pub fn feed_from_protocol(
 ) -> Option<PyResult<()>> {
     let py = protocol.py();
     let fast = FAST_READER.get(py)?;
-    let ty = &cached(py).ok()?.stream_reader_protocol;
-    if !protocol.get_type().is(ty.bind(py)) {
-        return None;
-    }
     Some((|| {
         // `reader = self._stream_reader` (a property over a weak reference).
         let wr = protocol.getattr(intern!(py, "_stream_reader_wr"))?;

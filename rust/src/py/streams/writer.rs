@@ -1,5 +1,5 @@
 //! `rsloop.StreamWriter.write` and `.drain` as native methods of that Python class
-//! (`sys::fastcall::install_on`, from `StreamReaderCore._register`). As Python methods
+//! (`ffi::fastcall::install_on`, from `StreamReaderCore._register`). As Python methods
 //! each cost a frame per call: `write(data)` is asyncio's `self._transport.write(data)`,
 //! and `drain()` returns a `StreamOp`.
 //! Owns: those two methods' argument shapes (Python's wording for a method of a class).
@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use super::op::StreamOp;
-use crate::sys::fastcall::{install_on, FastArgs, FastMethod};
+use crate::ffi::fastcall::{install_on, FastArgs, FastMethod};
 
 /// Installs both methods on `cls` (`rsloop.StreamWriter`).
 pub(super) fn install(cls: &Bound<'_, PyType>) -> PyResult<()> {

@@ -15,6 +15,8 @@
 mod read;
 mod write;
 
+pub use read::{set_feed_hook, FeedHook};
+
 use std::collections::VecDeque;
 
 use pyo3::exceptions::PyRuntimeError;
@@ -22,15 +24,14 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyInt;
 use pyo3::PyTraverseError;
 
 use super::common::{is_exit, requested_limits, would_block, Base, TransportCore, WriteBuffer};
+use crate::core::handle::LoopHandle;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
+use crate::ffi::gil::GilCell;
 use crate::handles::Args;
-use crate::py::loop_::Loop;
-use crate::sys::gil::GilCell;
 use crate::sys::sock::{self, SendHeader};
 use read::BIG_READ;
 use write::Pending;
@@ -93,12 +94,12 @@ struct State {
 #[pyclass(frozen, module = "rsloop._rsloop", name = "StreamCore")]
 pub struct StreamCore {
     fd: i32,
-    loop_: Py<Loop>,
+    loop_: LoopHandle,
     state: GilCell<State>,
 }
 
 impl TransportCore for StreamCore {
-    fn event_loop(&self) -> &Py<Loop> {
+    fn event_loop(&self) -> &LoopHandle {
         &self.loop_
     }
 
@@ -115,7 +116,7 @@ impl TransportCore for StreamCore {
     /// The loop's receive, or the fd's reader.
     fn stop_reading(&self, py: Python<'_>) -> PyResult<()> {
         match self.state.with(py, |s| s.recv_token.take()) {
-            Some(token) => self.loop_.get().recv_stop(py, token),
+            Some(token) => self.loop_.recv_stop(py, token),
             None => self.unwatch(py, Side::Read),
         }
     }
@@ -146,7 +147,7 @@ impl TransportCore for StreamCore {
         });
         drop(dropped);
         match in_flight {
-            Some(token) => self.loop_.get().send_cancel(py, token),
+            Some(token) => self.loop_.send_cancel(py, token),
             None => self.unwatch(py, Side::Write),
         }
     }
@@ -160,16 +161,12 @@ impl StreamCore {
             Side::Write => intern!(py, "_write_ready"),
         };
         let cb = slf.getattr(name)?.unbind();
-        let fd = PyInt::new(py, self.fd);
-        self.loop_
-            .get()
-            .add_watcher(py, fd.as_any(), side, cb, Args::Zero)?;
+        self.loop_.add_watcher(py, self.fd, side, cb, Args::Zero)?;
         Ok(())
     }
 
     fn unwatch(&self, py: Python<'_>, side: Side) -> PyResult<()> {
-        let fd = PyInt::new(py, self.fd);
-        self.loop_.get().remove_watcher(py, fd.as_any(), side)?;
+        self.loop_.remove_watcher(py, self.fd, side)?;
         Ok(())
     }
 
@@ -205,7 +202,7 @@ impl StreamCore {
     }
 
     fn call_soon(&self, py: Python<'_>, callback: Py<PyAny>, args: Args) -> PyResult<()> {
-        self.loop_.get().call_soon_native(py, callback, args)
+        self.loop_.call_soon(py, callback, args)
     }
 }
 
@@ -214,13 +211,14 @@ impl StreamCore {
     #[new]
     fn new(
         py: Python<'_>,
-        loop_: Py<Loop>,
+        loop_: &Bound<'_, PyAny>,
         shell: Py<PyAny>,
         fd: i32,
         protocol: Py<PyAny>,
     ) -> PyResult<Self> {
+        let loop_ = LoopHandle::of(loop_)?;
         let buffered = protocol.bind(py).is_instance(buffered_protocol_type(py)?)?;
-        let ring_sends = loop_.get().ring_sends();
+        let ring_sends = loop_.ring_sends();
         Ok(StreamCore {
             fd,
             loop_,
@@ -246,7 +244,7 @@ impl StreamCore {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.loop_)?;
+        visit.call(self.loop_.obj())?;
         if let Some(s) = self.state.peek_for_gc(&visit) {
             for o in [&s.base.protocol, &s.base.shell, &s.empty_waiter]
                 .into_iter()
@@ -555,9 +553,8 @@ impl StreamCore {
         }
         let fut = self
             .loop_
-            .bind(py)
-            .call_method0(intern!(py, "create_future"))?
-            .unbind();
+            .obj()
+            .call_method0(py, intern!(py, "create_future"))?;
         let empty = self.state.with(py, |s| {
             s.empty_waiter = Some(fut.clone_ref(py));
             s.queue.is_empty()

@@ -1,21 +1,23 @@
 //! The reading half of `StreamCore`: readiness or multishot receive, handing each chunk
 //! to a `Protocol` (`data_received`) or a `BufferedProtocol` (`get_buffer` /
 //! `buffer_updated`), end of stream (`eof_received`).
-//! Owns: choosing how a transport reads and delivering what it read. Not: the state machine
-//! and the write queue (`mod.rs`).
+//! Owns: choosing how a transport reads and delivering what it read, and the slot through
+//! which the fast stream reader (`py/streams/`, above) takes chunks straight from the
+//! transport. Not: the state machine and the write queue (`mod.rs`).
 
 use std::io;
+use std::sync::OnceLock;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyType};
 
 use super::StreamCore;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
-use crate::py::streams::feed_from_protocol;
-use crate::sys::buffer::{copy_into_buffer, recv_bytes, recv_into_buffer};
+use crate::ffi::buffer::{copy_into_buffer, recv_bytes, recv_into_buffer};
 use crate::sys::malloc::heap_serves;
 use crate::sys::sock;
 use crate::transports::common::{with_scratch, would_block, TransportCore, MAX_READ};
@@ -23,6 +25,38 @@ use crate::transports::common::{with_scratch, would_block, TransportCore, MAX_RE
 /// A readiness receive at least this large makes the next one go straight into its `bytes`
 /// (`recv_chunk`).
 pub(super) const BIG_READ: usize = 8 * 1024;
+
+/// Hands a received chunk for a protocol of exactly `asyncio.StreamReaderProtocol` to its
+/// reader directly, as the protocol's own `data_received` would; `None` when the reader is
+/// not one it knows (the caller then calls `data_received`).
+pub type FeedHook = for<'py> fn(&Bound<'py, PyAny>, &Bound<'py, PyBytes>) -> Option<PyResult<()>>;
+
+/// Set once by the bindings (`py::register`), which own the fast stream reader.
+static FEED: OnceLock<FeedHook> = OnceLock::new();
+
+/// Installs the reader fast path (a second call is ignored).
+pub fn set_feed_hook(hook: FeedHook) {
+    let _ = FEED.set(hook);
+}
+
+static STREAM_READER_PROTOCOL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// Whether `protocol` is exactly `asyncio.StreamReaderProtocol` (a subclass may override
+/// `data_received`): the only protocol the feed hook is called for, so every other one
+/// pays a type comparison here and no call.
+fn is_stream_reader_protocol(protocol: &Bound<'_, PyAny>) -> bool {
+    let py = protocol.py();
+    STREAM_READER_PROTOCOL
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(
+                py.import("asyncio.streams")?
+                    .getattr("StreamReaderProtocol")?
+                    .cast_into::<PyType>()?
+                    .unbind(),
+            )
+        })
+        .is_ok_and(|t| protocol.get_type().is(t.bind(py)))
+}
 
 impl StreamCore {
     /// Starts reading: a multishot receive where the loop has one, else the fd's reader.
@@ -39,7 +73,7 @@ impl StreamCore {
         }
         if !by_readiness {
             let cb = slf.getattr(intern!(py, "_on_recv"))?.unbind();
-            if let Some(token) = self.loop_.get().recv_start(py, self.fd, cb) {
+            if let Some(token) = self.loop_.recv_start(py, self.fd, cb) {
                 self.state.with(py, |s| s.recv_token = Some(token));
                 return Ok(());
             }
@@ -106,7 +140,12 @@ impl StreamCore {
         protocol: &Py<PyAny>,
         data: Bound<'_, PyBytes>,
     ) -> PyResult<()> {
-        let res = match feed_from_protocol(protocol.bind(py), &data) {
+        let protocol_obj = protocol.bind(py);
+        let fed = match FEED.get() {
+            Some(feed) if is_stream_reader_protocol(protocol_obj) => feed(protocol_obj, &data),
+            _ => None,
+        };
+        let res = match fed {
             Some(fed) => fed.map(|()| py.None()),
             None => protocol.call_method1(py, intern!(py, "data_received"), (data,)),
         };

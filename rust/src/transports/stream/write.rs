@@ -15,7 +15,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 use super::{State, StreamCore};
 use crate::core::watchers::Side;
 use crate::errors::os_error;
-use crate::sys::buffer::buffer_to_vec;
+use crate::ffi::buffer::buffer_to_vec;
 use crate::sys::sock::{self, MAX_IOV};
 use crate::transports::common::{would_block, Chunk, TransportCore, LOST_WRITES_LOG_THRESHOLD};
 
@@ -268,10 +268,7 @@ impl StreamCore {
         });
         let Some(msg) = msg else { return Ok(()) };
         let owner = slf.clone().into_any().unbind();
-        let token = this
-            .loop_
-            .get()
-            .send_submit(py, this.fd, msg, owner, sent_hook);
+        let token = this.loop_.send_submit(py, this.fd, msg, owner, sent_hook);
         this.state.with(py, |s| s.send_token = Some(token));
         Ok(())
     }
@@ -431,7 +428,7 @@ impl StreamCore {
         });
         if go {
             let owner = slf.clone().into_any().unbind();
-            self.loop_.get().mark_dirty(py, owner, flush_hook);
+            self.loop_.mark_dirty(py, owner, flush_hook);
         }
     }
 

@@ -8,7 +8,7 @@
 //! Soundness rests on two rules:
 //! - every access needs a `Python<'_>` token, i.e. the caller holds the GIL, and GIL
 //!   acquire/release order those accesses across threads (free-threaded builds are refused
-//!   at compile time in `sys/python.rs`);
+//!   at compile time in `ffi/python.rs`);
 //! - the closure passed to [`GilCell::with`] must not run Python code (no calls, no drop of a
 //!   Python object whose refcount could reach zero): Python code could re-enter the cell or
 //!   release the GIL. Breaking this rule is caught by the `busy` flag, which turns the would-be

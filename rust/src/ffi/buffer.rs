@@ -42,7 +42,7 @@ pub fn recv_into_buffer(fd: i32, obj: &Bound<'_, PyAny>) -> PyResult<io::Result<
     let ptr = buf.buf_ptr() as *mut u8;
     // SAFETY: the writable export `buf` is held for the call, so `ptr..ptr+len` is valid
     // for writes; no Python code runs meanwhile.
-    Ok(unsafe { super::sock::recv_raw(fd, ptr, len) })
+    Ok(unsafe { crate::sys::sock::recv_raw(fd, ptr, len) })
 }
 
 /// Copies as much of `data` as fits into a writable buffer (a protocol's `get_buffer()`);
@@ -87,7 +87,7 @@ pub fn recv_bytes<'py>(
     // the writer is finished or discarded below, and no Python code runs in between.
     let received = unsafe {
         let data = ffi::compat::PyBytesWriter_GetData(writer).cast::<u8>();
-        super::sock::recv_nowait_raw(fd, data, n)
+        crate::sys::sock::recv_nowait_raw(fd, data, n)
     };
     match received {
         Ok(got) => {
@@ -119,7 +119,7 @@ pub fn recv_into_export(fd: i32, buf: &PyUntypedBuffer) -> io::Result<usize> {
     }
     // SAFETY: the writable, contiguous export `buf` is held by the caller for the call, so
     // `ptr..ptr+len` is valid for writes; no Python code runs meanwhile.
-    unsafe { super::sock::recv_nowait_raw(fd, buf.buf_ptr().cast(), buf.len_bytes()) }
+    unsafe { crate::sys::sock::recv_nowait_raw(fd, buf.buf_ptr().cast(), buf.len_bytes()) }
 }
 
 /// One `send` (never blocking) of a held C-contiguous export from byte `start` on.
@@ -130,13 +130,13 @@ pub fn send_export(fd: i32, buf: &PyUntypedBuffer, start: usize) -> io::Result<u
     let len = buf.len_bytes();
     let ptr = buf.buf_ptr() as *const u8;
     if start >= len || ptr.is_null() {
-        return super::sock::send_nowait(fd, &[]);
+        return crate::sys::sock::send_nowait(fd, &[]);
     }
     // SAFETY: the export `buf` is held by the caller for the call, so `ptr..ptr+len` is
     // valid, contiguous memory (start < len); no Python code runs while the slice lives, so
     // nothing can resize or write it meanwhile.
     let rest = unsafe { std::slice::from_raw_parts(ptr.add(start), len - start) };
-    super::sock::send_nowait(fd, rest)
+    crate::sys::sock::send_nowait(fd, rest)
 }
 
 /// `bytes(buf[:n])` followed by `del buf[:n]`: the front of a `bytearray` (at most `n`
