@@ -79,11 +79,8 @@ def tests(session: nox.Session) -> None:
     _pytest(session, "tests", *session.posargs)
     # Once more in asyncio debug mode, as uvloop does.
     _pytest(session, "tests", "-x", env={"PYTHONASYNCIODEBUG": "1"})
-    # The other io_uring paths: the transport and lifetime (loops moved between threads)
-    # tests on uring with the opt-in multishot receive, and with sends inside write().
+    # The other io_uring path: the transport tests on uring with sends inside write().
     transports = ["tests/test_transports.py", "tests/test_streams.py"]
-    multishot = {"RSLOOP_URING_RECV": "multishot", "RSLOOP_TEST_BACKENDS": "uring"}
-    _pytest(session, *transports, "tests/test_servers.py", "tests/test_lifetimes.py", env=multishot)
     _pytest(session, *transports, env={"RSLOOP_URING_SEND": "0", "RSLOOP_TEST_BACKENDS": "uring"})
     # The stream tests with rsloop's fast streams off, and with asyncio's classes rebound.
     streams = ["tests/test_streams.py", "tests/test_fast_streams.py"]

@@ -288,7 +288,7 @@ def socket_echo(loop, n):
     """A client Protocol writes ECHO_SIZE bytes, a server Protocol on the other end of a
     connected socket pair writes them back, ``n`` round trips, both ends on this loop
     (``create_connection(sock=)`` and ``connect_accepted_socket``). Measures a transport's
-    receive into ``data_received``, ``write`` and the readiness or completion path; not a
+    receive into ``data_received``, ``write`` and the readiness and send path; not a
     network benchmark (``bench/net.py`` is), but steady enough to count instructions."""
     import socket
 

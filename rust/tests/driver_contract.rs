@@ -35,7 +35,6 @@ fn drivers() -> Vec<(&'static str, Driver)> {
                 let old = UringOptions {
                     no_ext_arg: true,
                     poll_waker: true,
-                    no_recv_multi: true,
                 };
                 all.push((
                     "uring(old-kernel paths)",

@@ -110,16 +110,6 @@ impl LoopHandle {
         self.core.remove_watcher_fd(py, fd, side)
     }
 
-    /// Starts a multishot receive (`None`: read by readiness instead).
-    pub fn recv_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
-        self.core.recv_start(py, fd, callback)
-    }
-
-    /// Stops a receive started by `recv_start`, telling the kernel at once.
-    pub fn recv_stop(&self, py: Python<'_>, token: u64) -> PyResult<()> {
-        self.core.stop_receive(py, token)
-    }
-
     /// Whether transports send through the ring on this loop.
     pub fn ring_sends(&self) -> bool {
         self.core.ring_sends()
@@ -296,11 +286,10 @@ impl LoopCore {
         }
     }
 
-    /// Stops a receive started by `recv_start` (or an accept by `accept_start`), telling
-    /// the kernel at once: bytes that arrive from now on stay in the socket (flow control
-    /// works as with a reader).
-    pub fn stop_receive(&self, py: Python<'_>, token: u64) -> PyResult<()> {
-        self.recv_stop(py, token);
+    /// Stops an accept started by `accept_start`, telling the kernel at once: connections
+    /// that arrive from now on wait in the listen backlog.
+    pub fn stop_accept(&self, py: Python<'_>, token: u64) -> PyResult<()> {
+        self.accept_stop(py, token);
         self.submit_cancels(py).map_err(|e| os_error(&e))
     }
 }

@@ -73,7 +73,7 @@ pub struct Queues {
     pub timers: TimerHeap<Py<TimerHandle>>,
     /// fd watchers.
     pub watchers: Watchers,
-    /// Multishot receives of stream transports (io_uring).
+    /// Multishot accepts of servers and ring sends of stream transports (io_uring).
     pub streams: Streams,
     /// Finished handles nobody else referenced, emptied, for `call_soon` to reuse: a
     /// freelist, like CPython's for its own small objects. Saves an allocation and a
@@ -257,18 +257,6 @@ impl LoopCore {
         driver.submit_now()
     }
 
-    /// Starts a multishot receive on `fd` whose chunks go to `callback`; `None` when the
-    /// driver has none (the transport reads by readiness then).
-    pub fn recv_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
-        let supported = lock(&self.driver)
-            .as_ref()
-            .is_some_and(|d| d.supports_recv_multi());
-        if !supported {
-            return None;
-        }
-        Some(self.queues.with(py, |q| q.streams.start(fd, callback)))
-    }
-
     /// Starts a multishot accept on the listening socket `fd` whose connections (fds) go
     /// to `callback`; `None` when the driver has none (the server accepts by readiness).
     pub fn accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
@@ -293,9 +281,9 @@ impl LoopCore {
                 .is_some_and(|d| d.supports_send_msg())
     }
 
-    /// Stops a receive started by `recv_start` or an accept started by `accept_start`
-    /// (what the kernel had already done still reaches the callback).
-    pub fn recv_stop(&self, py: Python<'_>, token: u64) {
+    /// Stops an accept started by `accept_start` (connections the kernel had already
+    /// accepted still reach the callback).
+    pub fn accept_stop(&self, py: Python<'_>, token: u64) {
         let cb = self.queues.with(py, |q| q.streams.stop(token));
         drop(cb);
     }

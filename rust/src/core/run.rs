@@ -31,10 +31,8 @@ const IDLE_SECS: f64 = 1.0;
 #[derive(Default)]
 pub struct Scratch {
     completions: Vec<Completion>,
+    /// Multishot accept results, for their servers.
     multi: Vec<MultiCompletion>,
-    /// Multishot results ready for their owners: (completion, its bytes if it is a
-    /// received chunk).
-    received: Vec<(MultiCompletion, Option<Py<PyAny>>)>,
     /// Send completions for their transports.
     sent: Vec<Completion>,
     batch: VecDeque<Py<Handle>>,
@@ -170,7 +168,7 @@ impl LoopCore {
         }
         // Receives first: asyncio queues an fd's reader before its writer, so a reset
         // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
-        self.process_received(py, scratch)?;
+        self.process_accepted(py, scratch)?;
         let first_deadline = self.queues.with(py, |q| {
             self.process_completions(py, q, scratch);
             q.timers.peek().map(|(when, _)| when)
@@ -258,7 +256,7 @@ impl LoopCore {
         let waited_enough = threshold <= 0.0 || plan_made.elapsed().as_secs_f64() >= threshold;
         let quiet = waited_enough
             && scratch.completions.is_empty()
-            && scratch.received.is_empty()
+            && scratch.multi.is_empty()
             && scratch.sent.is_empty()
             && self.queues.with(py, |q| q.ready.is_empty());
         if quiet && clock.jump(plan) {
@@ -343,12 +341,7 @@ impl LoopCore {
             let _ = driver.cancel(token);
         }
         for (token, fd) in scratch.multi_arm.drain(..) {
-            let op = if Streams::is_accept(token) {
-                Op::AcceptMulti { fd }
-            } else {
-                Op::RecvMulti { fd }
-            };
-            if let Err(e) = driver.submit(token, op) {
+            if let Err(e) = driver.submit(token, Op::AcceptMulti { fd }) {
                 let transient = queue_full(&e);
                 if transient {
                     self.queues.with(py, |q| q.streams.arm_later(token));
@@ -357,7 +350,6 @@ impl LoopCore {
                     scratch.multi.push(MultiCompletion {
                         token,
                         result: -code,
-                        buf: None,
                         more: false,
                     });
                 }
@@ -410,23 +402,7 @@ impl LoopCore {
             driver.wait(wait, completions)
         };
         self.stats.driver.set(driver.counters());
-        // Copy each received chunk into its `bytes` and hand the buffer straight back.
         driver.take_multishot(&mut scratch.multi);
-        for c in scratch.multi.drain(..) {
-            let data = match (c.result, c.buf) {
-                (n, Some(buf)) if n > 0 => {
-                    let bytes = pyo3::types::PyBytes::new(py, driver.recv_bytes(buf, n as usize));
-                    driver.recycle(buf);
-                    Some(bytes.into_any().unbind())
-                }
-                (_, Some(buf)) => {
-                    driver.recycle(buf);
-                    None
-                }
-                _ => None,
-            };
-            scratch.received.push((c, data));
-        }
         drop(slot);
         result.map_err(|e| os_error(&e))?;
         Ok(blocking)
@@ -469,28 +445,25 @@ impl LoopCore {
         Ok(())
     }
 
-    // Receive completions become ready handles calling their transport's callback with
-    // the bytes (or the end/error result), queued after this iteration's watcher events.
-    fn process_received(&self, py: Python<'_>, scratch: &mut Scratch) -> PyResult<()> {
-        if scratch.received.is_empty() {
+    // Accept completions become ready handles calling their server's callback with the
+    // connection's fd (or the error), queued after this iteration's watcher events.
+    fn process_accepted(&self, py: Python<'_>, scratch: &mut Scratch) -> PyResult<()> {
+        if scratch.multi.is_empty() {
             return Ok(());
         }
         let debug = self.debug();
-        for (c, data) in scratch.received.drain(..) {
+        for c in scratch.multi.drain(..) {
             // An arm the driver refused comes here too, as a final `-errno`.
             let (action, gone) = self.queues.with(py, |q| q.streams.complete(py, &c));
             drop(gone);
             let Action::Deliver(callback) = action else {
-                if c.result >= 0 && Streams::is_accept(c.token) {
+                if c.result >= 0 {
                     // A connection for a server that is gone (loop closed): no one takes it.
                     crate::sys::close_raw(c.result);
                 }
                 continue;
             };
-            let arg: Py<PyAny> = match data {
-                Some(bytes) => bytes,
-                None => c.result.into_pyobject(py)?.into_any().unbind(),
-            };
+            let arg = c.result.into_pyobject(py)?.into_any().unbind();
             self.queue_call(py, callback, arg, debug)?;
             self.stats.io_events.add(1);
         }

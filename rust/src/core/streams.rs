@@ -1,5 +1,5 @@
-//! Multishot receives of the stream transports and multishot accepts of the servers
-//! (io_uring), and the transports' ring sends: which callback gets which completion.
+//! Multishot accepts of the servers (io_uring) and the transports' ring sends: which
+//! callback gets which completion.
 //! Owns: the token → operation table, arming and cancelling at the next flush, deciding
 //! what each completion means for its owner. Not: the kernel side (`driver/`), what the
 //! transport does with the data (`transports/stream/`), what a server does with a
@@ -9,13 +9,12 @@
 //! `FlushHook`) with the transport object, not through Python calls: they run once per
 //! write, and most completions are bookkeeping no user can see.
 //!
-//! A transport starts a receive with a callback (its `_on_recv`); each chunk the kernel
-//! delivers becomes one ready handle calling it with a `bytes`, queued like a watcher's
-//! handle, so ordering against other callbacks is asyncio's. End of stream (`0`) and
-//! errors (`-errno`) reach the callback as an `int`. A server starts an accept the same
-//! way; its callback gets each new connection's fd (an `int >= 0`, the callback's to own)
-//! or the `-errno` that ended the accept. A multishot operation the kernel ends while its
-//! owner still wants it (buffers ran out, or it just stopped) is re-armed here.
+//! Transports receive by readiness on both drivers (docs/decisions/0004-one-io-model.md).
+//! A server starts an accept with a callback; each new connection becomes one ready handle
+//! calling it with the connection's fd (an `int >= 0`, the callback's to own), queued like
+//! a watcher's handle, so ordering against other callbacks is asyncio's; the `-errno` that
+//! ended the accept reaches it too. An accept the kernel ends while its server still wants
+//! it is re-armed here.
 //!
 //! The table is generic over what it holds for a callback or a transport (`C`: a
 //! `Py<PyAny>` in the loop; it only stores, shares and hands back), so its rules are
@@ -37,34 +36,31 @@ pub type FlushHook = for<'py> fn(&Bound<'py, PyAny>) -> PyResult<()>;
 /// Python-visible work (flow control, close, errors).
 pub type SentHook = for<'py> fn(&Bound<'py, PyAny>, i32) -> bool;
 
-/// Receive tokens live above the watchers' (which count up from 1)...
-pub const TOKEN_BASE: Token = 1 << 48;
-/// ...accept tokens above those...
+/// Accept tokens live above the watchers' (which count up from 1)...
 pub const ACCEPT_BASE: Token = 1 << 52;
 /// ...and send tokens above those.
 pub const SEND_BASE: Token = 1 << 56;
 
-struct Recv<C> {
+struct Accept<C> {
     fd: i32,
     callback: C,
     armed: bool,
-    /// Stopped while in flight: cancelled, but chunks the kernel already took from the
-    /// socket still reach the transport (which keeps them if it is only paused) until the
-    /// final completion, so a pause never loses bytes.
+    /// Stopped while in flight: cancelled, but connections the kernel already accepted
+    /// still reach the server (which closes them if it is gone) until the final completion.
     stopped: bool,
 }
 
-/// What a receive completion asks of the loop.
+/// What an accept completion asks of the loop.
 pub enum Action<C = Py<PyAny>> {
-    /// Nothing (a chunk of a stopped receive, a spent buffer run).
+    /// Nothing (the cancel of a stopped accept).
     None,
-    /// Call the callback with the received bytes (built by the caller) or the result.
+    /// Call the callback with the result (a connection's fd or `-errno`).
     Deliver(C),
 }
 
-/// The table of multishot receives, and of the transports' sends (io_uring).
+/// The table of multishot accepts, and of the transports' sends (io_uring).
 pub struct Streams<C = Py<PyAny>> {
-    by_token: IntMap<Token, Recv<C>>,
+    by_token: IntMap<Token, Accept<C>>,
     next: Token,
     to_arm: Vec<Token>,
     to_cancel: Vec<Token>,
@@ -95,7 +91,7 @@ impl<C> Default for Streams<C> {
 impl Streams {
     /// Whether `token` is one of ours.
     pub fn owns(token: Token) -> bool {
-        token >= TOKEN_BASE
+        token >= ACCEPT_BASE
     }
 
     /// Whether `token` is a send's.
@@ -110,7 +106,7 @@ impl Streams {
 }
 
 impl<C: Share> Streams<C> {
-    /// Receives registered (armed or waiting to be) and sends in flight.
+    /// Accepts registered (armed or waiting to be) and sends in flight.
     pub fn len(&self) -> usize {
         self.by_token.len() + self.sends.len()
     }
@@ -162,22 +158,13 @@ impl<C: Share> Streams<C> {
         self.sends.remove(&token)
     }
 
-    /// Registers a receive on `fd`; armed at the next flush.
-    pub fn start(&mut self, fd: i32, callback: C) -> Token {
-        self.next += 1;
-        self.register(TOKEN_BASE + self.next, fd, callback)
-    }
-
     /// Registers an accept on the listening socket `fd`; armed at the next flush.
     pub fn start_accept(&mut self, fd: i32, callback: C) -> Token {
         self.next += 1;
-        self.register(ACCEPT_BASE + self.next, fd, callback)
-    }
-
-    fn register(&mut self, token: Token, fd: i32, callback: C) -> Token {
+        let token = ACCEPT_BASE + self.next;
         self.by_token.insert(
             token,
-            Recv {
+            Accept {
                 fd,
                 callback,
                 armed: false,
@@ -188,7 +175,7 @@ impl<C: Share> Streams<C> {
         token
     }
 
-    /// Stops a receive or accept: cancelled if in flight (its last chunks still come, see `Recv`),
+    /// Stops an accept: cancelled if in flight (its last connections still come, see `Accept`),
     /// else forgotten; returns a callback for the caller to drop outside the cell.
     pub fn stop(&mut self, token: Token) -> Option<C> {
         let r = self.by_token.get_mut(&token)?;
@@ -202,7 +189,7 @@ impl<C: Share> Streams<C> {
         self.by_token.remove(&token).map(|r| r.callback)
     }
 
-    /// Receives and accepts to arm as (token, fd) and tokens to cancel since the last flush, moved
+    /// Accepts to arm as (token, fd) and tokens to cancel since the last flush, moved
     /// into `arm` and `cancel` (left empty by the caller).
     pub fn take_work(&mut self, arm: &mut Vec<(Token, i32)>, cancel: &mut Vec<Token>) {
         for token in self.to_arm.drain(..) {
@@ -236,12 +223,11 @@ impl<C: Share> Streams<C> {
         let Some(r) = self.by_token.get_mut(&c.token) else {
             return (Action::None, None);
         };
-        // A receive's ENOBUFS only means "re-arm"; an accept's is the kernel short of
-        // memory, which the server hears (asyncio backs off on it).
-        let quiet = c.result == -libc::ECANCELED
-            || (c.result == -libc::ENOBUFS && !Streams::is_accept(c.token));
-        // Bytes, or a connection (fd 0 is one too).
-        let got = c.result > 0 || (c.result == 0 && Streams::is_accept(c.token));
+        // ENOBUFS is the kernel short of memory, which the server hears (asyncio backs
+        // off on it); only our own cancel is quiet.
+        let quiet = c.result == -libc::ECANCELED;
+        // A connection (fd 0 is one too).
+        let got = c.result >= 0;
         let action = if got || !quiet {
             Action::Deliver(r.callback.share(cx))
         } else {
@@ -261,7 +247,7 @@ impl<C: Share> Streams<C> {
         (action, None)
     }
 
-    /// Forgets every receive in flight and queues all for arming (a new driver after fork).
+    /// Forgets every accept in flight and queues all for arming (a new driver after fork).
     pub fn rearm_all(&mut self) {
         self.to_cancel.clear();
         self.to_arm.clear();
@@ -301,7 +287,7 @@ impl<C: Share> Streams<C> {
 mod tests {
     use pyo3::prelude::*;
 
-    use super::{Action, Streams, ACCEPT_BASE, SEND_BASE, TOKEN_BASE};
+    use super::{Action, Streams, ACCEPT_BASE, SEND_BASE};
     use crate::core::Share;
     use crate::driver::MultiCompletion;
 
@@ -330,7 +316,6 @@ mod tests {
         MultiCompletion {
             token,
             result,
-            buf: None,
             more,
         }
     }
@@ -351,40 +336,41 @@ mod tests {
     #[test]
     fn tokens_fall_in_their_ranges() {
         let mut s: Streams<Obj> = Streams::default();
-        let recv = s.start(3, Obj("recv"));
         let accept = s.start_accept(4, Obj("accept"));
         let send = s.send(5, 0x1000, Obj("owner"), sent);
-        assert!(Streams::owns(recv) && (TOKEN_BASE..ACCEPT_BASE).contains(&recv));
+        assert!(Streams::owns(accept) && (ACCEPT_BASE..SEND_BASE).contains(&accept));
         assert!(Streams::is_accept(accept) && !Streams::is_send(accept));
-        assert!(Streams::is_send(send) && send >= SEND_BASE);
+        assert!(Streams::is_send(send) && send >= SEND_BASE && !Streams::is_accept(send));
         assert!(!Streams::owns(1), "watcher tokens are below");
-        assert_eq!(s.len(), 3);
+        assert_eq!(s.len(), 2);
     }
 
     #[test]
-    fn a_receive_delivers_chunks_and_is_rearmed_when_the_kernel_ends_it() {
+    fn an_accept_delivers_connections_and_is_rearmed_when_the_kernel_ends_it() {
         let mut s: Streams<Obj> = Streams::default();
-        let t = s.start(3, Obj("cb"));
+        let t = s.start_accept(3, Obj("cb"));
         assert_eq!(arms(&mut s), vec![(t, 3)]);
         assert!(arms(&mut s).is_empty(), "armed once");
-        let (a, gone) = s.complete((), &done(t, 100, true));
+        let (a, gone) = s.complete((), &done(t, 7, true));
         assert_eq!((delivered(a), gone), (Some("cb"), None));
-        // Buffers ran out: nothing to deliver, re-armed at the next flush.
-        let (a, gone) = s.complete((), &done(t, -libc::ENOBUFS, false));
-        assert_eq!((delivered(a), gone), (None, None));
+        // The kernel ended it with a connection (no MORE): delivered and re-armed.
+        let (a, gone) = s.complete((), &done(t, 8, false));
+        assert_eq!((delivered(a), gone), (Some("cb"), None));
         assert_eq!(arms(&mut s), vec![(t, 3)]);
-        // End of stream and errors reach the callback.
-        let (a, _) = s.complete((), &done(t, 0, true));
+        // A cancel that was not ours (the submitting thread exited): quiet, re-armed.
+        let (a, _) = s.complete((), &done(t, -libc::ECANCELED, false));
+        assert_eq!(delivered(a), None);
+        assert_eq!(arms(&mut s), vec![(t, 3)]);
+        // An error ends it; the server hears it.
+        let (a, _) = s.complete((), &done(t, -libc::EINVAL, false));
         assert_eq!(delivered(a), Some("cb"));
-        let (a, _) = s.complete((), &done(t, -libc::ECONNRESET, false));
-        assert_eq!(delivered(a), Some("cb"));
-        assert!(arms(&mut s).is_empty(), "an error ends the receive");
+        assert!(arms(&mut s).is_empty(), "an error ends the accept");
     }
 
     #[test]
-    fn stopping_an_armed_receive_cancels_it_and_keeps_its_chunks() {
+    fn stopping_an_armed_accept_cancels_it_and_keeps_its_connections() {
         let mut s: Streams<Obj> = Streams::default();
-        let t = s.start(3, Obj("cb"));
+        let t = s.start_accept(3, Obj("cb"));
         arms(&mut s);
         assert!(
             s.stop(t).is_none(),
@@ -399,7 +385,7 @@ mod tests {
         assert_eq!((delivered(a), gone), (None, Some(Obj("cb"))));
         assert!(s.is_empty());
         // Not armed yet: removed at once.
-        let u = s.start(4, Obj("idle"));
+        let u = s.start_accept(4, Obj("idle"));
         assert_eq!(s.stop(u), Some(Obj("idle")));
         assert!(arms(&mut s).is_empty());
     }
@@ -442,10 +428,10 @@ mod tests {
     }
 
     #[test]
-    fn rearm_all_forgets_sends_and_stopped_receives() {
+    fn rearm_all_forgets_sends_and_stopped_accepts() {
         let mut s: Streams<Obj> = Streams::default();
-        let live = s.start(3, Obj("live"));
-        let stopped = s.start(4, Obj("stopped"));
+        let live = s.start_accept(3, Obj("live"));
+        let stopped = s.start_accept(4, Obj("stopped"));
         s.send(5, 0, Obj("tr"), sent);
         arms(&mut s);
         s.stop(stopped);

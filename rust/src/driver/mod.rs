@@ -6,7 +6,7 @@
 //! - `submit` queues an operation; nothing reaches the kernel before the next `wait`
 //!   (the `poll` backend may register a new fd at once so that a bad fd fails early);
 //! - every submitted operation yields exactly one final completion, `-ECANCELED` when
-//!   `cancel` won the race (a multishot receive or accept yields others before its final one);
+//!   `cancel` won the race (a multishot accept yields others before its final one);
 //! - `wait(Some(ZERO))` with nothing queued makes no syscall on `uring`;
 //! - `Waker::wake` from any thread makes a blocked `wait` return.
 
@@ -138,16 +138,6 @@ impl Driver {
         }
     }
 
-    /// Whether [`Op::RecvMulti`] can be submitted (io_uring with provided-buffer rings and
-    /// multishot receive, probed).
-    pub fn supports_recv_multi(&self) -> bool {
-        match self {
-            #[cfg(uring)]
-            Driver::Uring(d) => d.supports_recv_multi(),
-            Driver::Poll(_) => false,
-        }
-    }
-
     /// Whether [`Op::SendMsg`] can be submitted (io_uring: SENDMSG is older than every
     /// other opcode the driver needs).
     pub fn supports_send_msg(&self) -> bool {
@@ -177,29 +167,6 @@ impl Driver {
             Driver::Uring(d) => d.take_multishot(out),
             Driver::Poll(_) => {
                 let _ = out;
-            }
-        }
-    }
-
-    /// The bytes of a receive completion's buffer (empty if there is no such buffer).
-    pub fn recv_bytes(&self, buf: u16, len: usize) -> &[u8] {
-        match self {
-            #[cfg(uring)]
-            Driver::Uring(d) => d.recv_bytes(buf, len),
-            Driver::Poll(_) => {
-                let _ = (buf, len);
-                &[]
-            }
-        }
-    }
-
-    /// Gives a receive buffer back to the kernel.
-    pub fn recycle(&mut self, buf: u16) {
-        match self {
-            #[cfg(uring)]
-            Driver::Uring(d) => d.recycle(buf),
-            Driver::Poll(_) => {
-                let _ = buf;
             }
         }
     }

@@ -4,11 +4,11 @@
 //!
 //! Every operation is completion-style: it is submitted under a caller-chosen [`Token`] and
 //! later yields exactly one final [`Completion`] with that token (a result or `-errno`,
-//! `-ECANCELED` when it was cancelled first). The exceptions are the multishot operations
-//! [`Op::RecvMulti`] and [`Op::AcceptMulti`] (io_uring only): one [`MultiCompletion`] per
-//! received chunk or accepted connection, exactly one of them final (`more == false`); the
-//! `poll` driver refuses them, and their callers go by readiness there (tested in
-//! `rust/tests/driver_uring.rs`).
+//! `-ECANCELED` when it was cancelled first). The exception is the multishot
+//! [`Op::AcceptMulti`] (io_uring only): one [`MultiCompletion`] per accepted connection,
+//! exactly one of them final (`more == false`); the `poll` driver refuses it, and servers
+//! accept by readiness there (tested in `rust/tests/driver_uring.rs`). Receives are
+//! readiness plus `recv` on both drivers (docs/decisions/0004-one-io-model.md).
 
 use crate::sys::RawFd;
 
@@ -67,25 +67,18 @@ pub enum Op {
         /// What to wait for; never empty.
         interest: Interest,
     },
-    /// Multishot receive into the driver's provided buffers (`uring` only, where
-    /// [`supports_recv_multi`](super::Driver::supports_recv_multi) says so; `poll` refuses it
-    /// with `Unsupported` and callers read by readiness there). Unlike `Poll` it yields a
-    /// [`MultiCompletion`] per received chunk, taken with
-    /// [`take_multishot`](super::Driver::take_multishot); the last has `more == false`.
-    RecvMulti {
-        /// The stream socket; the caller keeps it open until the final completion.
-        fd: RawFd,
-    },
     /// Multishot accept (`uring` only, where
-    /// [`supports_accept_multi`](super::Driver::supports_accept_multi) says so): a
-    /// [`MultiCompletion`] per accepted connection, whose `result` is the new fd (opened
+    /// [`supports_accept_multi`](super::Driver::supports_accept_multi) says so; `poll`
+    /// refuses it with `Unsupported` and servers accept by readiness there). Unlike `Poll`
+    /// it yields a [`MultiCompletion`] per accepted connection, taken with
+    /// [`take_multishot`](super::Driver::take_multishot), whose `result` is the new fd (opened
     /// non-blocking and close-on-exec, owned by the caller from then on) or `-errno`; the
     /// last has `more == false`. The peer's address is not reported (`getpeername`).
     AcceptMulti {
         /// The listening socket; the caller keeps it open until the final completion.
         fd: RawFd,
     },
-    /// One `sendmsg` (`uring` only, like `RecvMulti`): completes with the bytes sent or
+    /// One `sendmsg` (`uring` only, like `AcceptMulti`): completes with the bytes sent or
     /// `-errno`. `msg` is the address of a `libc::msghdr` whose iovecs point at the bytes;
     /// the caller keeps the header, the iovec array and the bytes valid and unchanged until
     /// the completion (the kernel may read them until then).
@@ -97,18 +90,13 @@ pub enum Op {
     },
 }
 
-/// One chunk (or the end) of a multishot receive, or one connection (or the end) of a
-/// multishot accept.
+/// One connection (or the end) of a multishot accept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MultiCompletion {
     /// The token the operation was submitted with.
     pub token: Token,
-    /// Receive: `> 0`: bytes received into `buf`; `0`: end of stream. Accept: `>= 0`: the
-    /// accepted fd. Both: `< 0`: `-errno` (`-ENOBUFS` from a receive: the buffers ran out,
-    /// re-submit; `-ECANCELED` after a cancel).
+    /// `>= 0`: the accepted fd; `< 0`: `-errno` (`-ECANCELED` after a cancel).
     pub result: i32,
-    /// The buffer holding a receive's bytes (read it with `recv_bytes`, then `recycle` it).
-    pub buf: Option<u16>,
     /// More completions follow for this operation.
     pub more: bool,
 }

@@ -45,27 +45,6 @@ pub fn recv_into_buffer(fd: i32, obj: &Bound<'_, PyAny>) -> PyResult<io::Result<
     Ok(unsafe { crate::sys::sock::recv_raw(fd, ptr, len) })
 }
 
-/// Copies as much of `data` as fits into a writable buffer (a protocol's `get_buffer()`);
-/// returns the number of bytes copied.
-pub fn copy_into_buffer(obj: &Bound<'_, PyAny>, data: &[u8]) -> PyResult<usize> {
-    let buf = PyUntypedBuffer::get(obj)?;
-    if buf.readonly() {
-        return Err(PyBufferError::new_err("the buffer must be writable"));
-    }
-    if !buf.is_c_contiguous() {
-        return Err(PyBufferError::new_err("the buffer must be C-contiguous"));
-    }
-    let n = buf.len_bytes().min(data.len());
-    let ptr = buf.buf_ptr() as *mut u8;
-    if n == 0 || ptr.is_null() {
-        return Ok(0);
-    }
-    // SAFETY: the writable export `buf` is held for the copy, so `ptr..ptr+n` is valid for
-    // writes (n <= its length); `data` is a distinct Rust slice; no Python code runs.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, n) };
-    Ok(n)
-}
-
 /// `sock.recv(n)` without the socket object: one `recv(fd, n)` (never blocking) into a new
 /// `bytes` of `n` bytes, shrunk in place to what arrived, as CPython's socket module builds
 /// it (no copy). The outer error is a Python one (`MemoryError` for an absurd `n`); the

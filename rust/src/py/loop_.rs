@@ -341,7 +341,7 @@ impl Loop {
     /// listening socket can be closed right after); connections it already took still
     /// reach the callback.
     fn _accept_stop(&self, py: Python<'_>, token: u64) -> PyResult<()> {
-        self.core.stop_receive(py, token)
+        self.core.stop_accept(py, token)
     }
 
     /// Tells the `sock_*` methods which dict maps fds to transports (`loop._transports`'

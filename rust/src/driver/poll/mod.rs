@@ -79,14 +79,12 @@ impl PollDriver {
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
         match op {
             Op::Poll { fd, interest } => self.submit_poll(token, fd, interest),
-            // Readiness drivers go by readiness: callers check `supports_recv_multi` and
+            // Readiness drivers go by readiness: callers check `supports_send_msg` and
             // `supports_accept_multi`.
-            Op::RecvMulti { .. } | Op::AcceptMulti { .. } | Op::SendMsg { .. } => {
-                Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "driver: the poll backend reads, writes and accepts by readiness",
-                ))
-            }
+            Op::AcceptMulti { .. } | Op::SendMsg { .. } => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "driver: the poll backend reads, writes and accepts by readiness",
+            )),
         }
     }
 

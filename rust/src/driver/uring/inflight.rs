@@ -21,8 +21,6 @@ const GENERATION_MASK: u32 = (1 << 31) - 1;
 pub(super) enum Kind {
     /// Readiness: what it waits for (error conditions report all of it).
     Poll(Interest),
-    /// Multishot receive into the provided buffers.
-    RecvMulti,
     /// Multishot accept.
     AcceptMulti,
     /// One `sendmsg` of the `msghdr` at this address.
@@ -32,13 +30,12 @@ pub(super) enum Kind {
 impl Kind {
     /// Yields several CQEs (only the last without `MORE`).
     pub(super) fn is_multishot(self) -> bool {
-        matches!(self, Kind::RecvMulti | Kind::AcceptMulti)
+        matches!(self, Kind::AcceptMulti)
     }
 
-    /// Reads or writes caller or driver memory while in flight (must be retired before
-    /// that memory goes).
+    /// Reads caller memory while in flight (must be retired before that memory goes).
     pub(super) fn uses_buffers(self) -> bool {
-        matches!(self, Kind::RecvMulti | Kind::SendMsg(_))
+        matches!(self, Kind::SendMsg(_))
     }
 }
 
@@ -66,8 +63,6 @@ pub(super) struct Inflight {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_token: IntMap<Token, u64>,
-    /// Multishot receives in flight (their buffers must outlive them).
-    recvs: usize,
 }
 
 impl Inflight {
@@ -76,13 +71,8 @@ impl Inflight {
         self.by_token.len()
     }
 
-    /// Number of multishot receives in flight.
-    pub(super) fn recvs(&self) -> usize {
-        self.recvs
-    }
-
     /// The `user_data` of every op in flight that must end before the driver goes: those
-    /// that use memory (receives into the provided buffers, sends from the caller's bytes)
+    /// that use memory (sends from the caller's bytes)
     /// and accepts (whose fds would otherwise leak).
     pub(super) fn retire_user_data(&self) -> Vec<u64> {
         self.slots
@@ -110,9 +100,6 @@ impl Inflight {
         };
         let slot = &mut self.slots[index as usize];
         slot.entry = Some(Entry { token, fd, kind });
-        if kind == Kind::RecvMulti {
-            self.recvs += 1;
-        }
         slot.cancel_sent = false;
         let user_data = (u64::from(slot.generation) << 32) | u64::from(index);
         self.by_token.insert(token, user_data);
@@ -150,9 +137,6 @@ impl Inflight {
         let slot = self.slot_mut(user_data)?;
         let entry = slot.entry.take()?;
         slot.generation = (slot.generation + 1) & GENERATION_MASK;
-        if entry.kind == Kind::RecvMulti {
-            self.recvs -= 1;
-        }
         self.free.push(index);
         self.by_token.remove(&entry.token);
         Some(entry)
@@ -190,12 +174,12 @@ mod tests {
         assert_eq!(t.cancel_target(10), None, "cancel sent once");
         assert_eq!(t.complete(a).map(|e| e.token), Some(10));
         assert_eq!(t.complete(a), None);
-        let b = t.insert(11, 3, Kind::RecvMulti).expect("slot");
+        let b = t.insert(11, 3, Kind::AcceptMulti).expect("slot");
         assert_ne!(a, b, "reused slot has a new generation");
         assert_eq!(a & 0xffff_ffff, b & 0xffff_ffff);
         assert_eq!(t.complete(a), None, "stale user_data");
         assert_eq!(t.len(), 1);
-        assert_eq!(t.recvs(), 1);
+        assert_eq!(t.retire_user_data(), vec![b], "an accept is retired");
         assert!(b <= MAX_USER_DATA);
     }
 }

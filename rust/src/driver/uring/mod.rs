@@ -11,7 +11,6 @@
 //! driver re-arms such ops from the waiting thread, so `-ECANCELED` still means "you
 //! cancelled it".
 
-mod bufring;
 mod inflight;
 mod ops;
 mod probe;
@@ -27,7 +26,6 @@ use io_uring::{cqueue, squeue, types, IoUring};
 
 use crate::driver::op::{Completion, DriverCounters, Interest, MultiCompletion, Op, Token};
 use crate::sys;
-use bufring::BufRing;
 use inflight::{Inflight, Kind};
 
 /// user_data of the waker's eventfd READ (or POLL_ADD) op.
@@ -52,9 +50,6 @@ pub struct UringOptions {
     pub no_ext_arg: bool,
     /// Wake through POLL_ADD + read(2) as if eventfd reads could not wait in the ring.
     pub poll_waker: bool,
-    /// No multishot receive: transports read by readiness (the default; multishot is
-    /// `RSLOOP_URING_RECV=multishot`).
-    pub no_recv_multi: bool,
 }
 
 /// A thread-safe handle that interrupts [`UringDriver::wait`] by writing its eventfd.
@@ -110,9 +105,6 @@ pub struct UringDriver {
     /// The thread that created the ring: with `COOP_TASKRUN` only it runs the task work
     /// that completes its requests, so a loop that moves to another thread gets a new ring.
     thread: std::thread::ThreadId,
-    /// Provided buffers for multishot receives, when the kernel takes them. Dropped after
-    /// the ring (field order), so the kernel is done with them first.
-    bufs: Option<BufRing>,
     /// Multishot completions reaped by the last `wait`, for `take_multishot`.
     multi: Vec<MultiCompletion>,
     /// The kernel takes multishot accepts (Linux 5.19).
@@ -123,13 +115,7 @@ impl UringDriver {
     /// Creates a small ring (retrying smaller on ENOMEM), probes the opcodes it needs and
     /// arms the waker. Errors read like `io_uring_setup: EPERM (Operation not permitted)`.
     pub fn new() -> io::Result<Self> {
-        // Multishot receive is opt-in (`RSLOOP_URING_RECV=multishot`): a loop moved to
-        // another thread loses its receives (docs/compatibility.md); readiness is the default.
-        let no_recv_multi = std::env::var_os("RSLOOP_URING_RECV").is_none_or(|v| v != "multishot");
-        Self::with_options(UringOptions {
-            no_recv_multi,
-            ..UringOptions::default()
-        })
+        Self::with_options(UringOptions::default())
     }
 
     /// [`new`](Self::new) with test knobs.
@@ -142,13 +128,7 @@ impl UringDriver {
         } else {
             WakeMode::Poll
         };
-        let bufs = if features.recv_multi && !options.no_recv_multi {
-            register_bufs(&ring)
-        } else {
-            None
-        };
         Ok(UringDriver {
-            bufs,
             multi: Vec::new(),
             accept_multi: features.accept_multi,
             ring: ManuallyDrop::new(ring),
@@ -180,15 +160,6 @@ impl UringDriver {
                 }
                 (fd, Kind::Poll(interest))
             }
-            Op::RecvMulti { fd } => {
-                if self.bufs.is_none() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        "io_uring: no multishot receive on this kernel",
-                    ));
-                }
-                (fd, Kind::RecvMulti)
-            }
             Op::AcceptMulti { fd } => {
                 if !self.accept_multi {
                     return Err(io::Error::new(
@@ -215,11 +186,6 @@ impl UringDriver {
         Ok(())
     }
 
-    /// Whether `Op::RecvMulti` can be submitted.
-    pub fn supports_recv_multi(&self) -> bool {
-        self.bufs.is_some()
-    }
-
     /// Whether `Op::AcceptMulti` can be submitted.
     pub fn supports_accept_multi(&self) -> bool {
         self.accept_multi
@@ -228,21 +194,6 @@ impl UringDriver {
     /// Moves the multishot completions of the last `wait` into `out`.
     pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
         out.append(&mut self.multi);
-    }
-
-    /// The first `len` bytes of receive buffer `buf`.
-    pub fn recv_bytes(&self, buf: u16, len: usize) -> &[u8] {
-        match &self.bufs {
-            Some(b) => b.bytes(buf, len),
-            None => &[],
-        }
-    }
-
-    /// Gives receive buffer `buf` back to the kernel.
-    pub fn recycle(&mut self, buf: u16) {
-        if let Some(b) = &mut self.bufs {
-            b.recycle(buf);
-        }
     }
 
     /// Queues an ASYNC_CANCEL for `token`'s op; that op's final completion (`-ECANCELED`, or
@@ -360,7 +311,7 @@ impl UringDriver {
             // SAFETY: every SQE this driver builds points only at memory that outlives the
             // op: POLL_ADD and ASYNC_CANCEL carry no pointer; SENDMSG points at the caller's
             // msghdr, which `Op::SendMsg`'s contract keeps valid until the completion;
-            // RECV takes buffers from `bufs`, freed only after the ring; the waker READ targets
+            // ACCEPT carries no pointer (the peer address is not asked for); the waker READ targets
             // `wake_buf`, freed only after that READ's final CQE or never (see `Drop`); a
             // TIMEOUT points at `timeout_ts`, boxed in `self` (stable address) and copied by
             // the kernel when the SQE is submitted; `Drop` closes the ring before the box is
@@ -451,7 +402,6 @@ impl UringDriver {
                         self.multi.push(MultiCompletion {
                             token: entry.token,
                             result: res,
-                            buf: cqueue::buffer_select(flags),
                             more,
                         });
                         continue;
@@ -480,7 +430,6 @@ impl UringDriver {
                     self.multi.push(MultiCompletion {
                         token: entry.token,
                         result: -libc::ECANCELED,
-                        buf: None,
                         more: false,
                     });
                 } else {
@@ -506,9 +455,8 @@ impl UringDriver {
         self.retire_ops()
     }
 
-    /// Cancels every receive, send and accept still in flight and reaps until their final
-    /// CQEs (bounded), so neither the provided buffers nor the senders' bytes are read or
-    /// written by the kernel after the driver is gone. Returns the connections accepted
+    /// Cancels every send and accept still in flight and reaps until their final CQEs
+    /// (bounded), so the senders' bytes are not read by the kernel after the driver is gone. Returns the connections accepted
     /// in the meantime.
     fn retire_ops(&mut self) -> Vec<MultiCompletion> {
         let mut accepted = Vec::new();
@@ -538,7 +486,7 @@ impl UringDriver {
             accepted.extend(
                 self.multi
                     .drain(..)
-                    .filter(|c| c.result >= 0 && c.buf.is_none() && accepts.contains(&c.token)),
+                    .filter(|c| c.result >= 0 && accepts.contains(&c.token)),
             );
             if self.inflight.retire_user_data().is_empty() {
                 break;
@@ -581,21 +529,12 @@ impl Drop for UringDriver {
             // the parent's ring as it was. The buffer is leaked (see `abandon`).
             // SAFETY: dropped once, never used again.
             unsafe { ManuallyDrop::drop(&mut self.ring) };
-            // The parent's kernel writes into the parent's pages, never into this copy, but
-            // stay on the safe side as for the waker buffer.
-            std::mem::forget(self.bufs.take());
             return;
         }
         let buf_free = self.retire_waker();
         for c in self.retire_ops() {
             // No one is left to take these connections.
             sys::fd::close_raw(c.result);
-        }
-        if self.inflight.recvs() > 0 {
-            // A receive may still be writing into a buffer while the ring is torn down
-            // (asynchronously, in the kernel): leak the buffers rather than free them under
-            // it. Loops close their transports first, so this is the rare case.
-            std::mem::forget(self.bufs.take());
         }
         // Closing the ring fd makes the kernel cancel what is still in flight; user ops carry
         // no buffers, so nothing of ours is written after this.
@@ -625,26 +564,9 @@ fn tolerated(e: &io::Error) -> bool {
 fn sqe_for(fd: i32, kind: Kind) -> squeue::Entry {
     match kind {
         Kind::Poll(interest) => ops::poll_add(fd, interest),
-        Kind::RecvMulti => ops::recv_multi(fd, bufring::GROUP),
         Kind::AcceptMulti => ops::accept_multi(fd),
         Kind::SendMsg(msg) => ops::send_msg(fd, msg as *const libc::msghdr),
     }
-}
-
-/// Registers a provided-buffer ring; `None` where the kernel refuses it (before 5.19).
-fn register_bufs(ring: &IoUring) -> Option<BufRing> {
-    let bufs = BufRing::new().ok()?;
-    // SAFETY: the ring memory is page-aligned, holds `ENTRIES` initialised entries and lives
-    // in `UringDriver::bufs`, which is dropped only after the ring (or leaked).
-    let res = unsafe {
-        ring.submitter().register_buf_ring_with_flags(
-            bufs.ring_addr(),
-            bufring::ENTRIES,
-            bufring::GROUP,
-            0,
-        )
-    };
-    res.ok().map(|()| bufs)
 }
 
 fn check_token(token: Token) -> io::Result<()> {

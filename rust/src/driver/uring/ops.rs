@@ -39,12 +39,6 @@ pub(super) fn poll_result(mask: i32, requested: Interest) -> i32 {
     i32::from(ready.bits() & requested.bits())
 }
 
-/// Multishot receive into provided-buffer group `group`. Needs Linux 6.0 (multishot
-/// receive) and 5.19 (buffer rings).
-pub(super) fn recv_multi(fd: RawFd, group: u16) -> squeue::Entry {
-    opcode::RecvMulti::new(types::Fd(fd), group).build()
-}
-
 /// Multishot accept; each connection's fd is opened non-blocking and close-on-exec, as the
 /// loop's sockets are. Needs Linux 5.19 (`IORING_ACCEPT_MULTISHOT`).
 pub(super) fn accept_multi(fd: RawFd) -> squeue::Entry {

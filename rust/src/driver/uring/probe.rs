@@ -19,8 +19,6 @@ pub(super) struct Features {
     pub(super) ext_arg: bool,
     /// `IORING_OP_READ` (5.6): the waker can read its eventfd in the ring.
     pub(super) read: bool,
-    /// Multishot receive looks available (see `setup`).
-    pub(super) recv_multi: bool,
     /// Multishot accept looks available (see `setup`).
     pub(super) accept_multi: bool,
 }
@@ -83,11 +81,6 @@ pub(super) fn setup(sizes: &[u32]) -> io::Result<(IoUring, Features)> {
     let features = Features {
         ext_arg: params.is_feature_ext_arg(),
         read: probe.is_supported(opcode::Read::CODE),
-        // Multishot receive (Linux 6.0) has no opcode of its own; SEND_ZC arrived in the
-        // same release, so the probe answering for it is the earliest sign. A kernel that
-        // still refuses the flag answers the receive with -EINVAL, and the caller falls
-        // back to readiness for that socket.
-        recv_multi: probe.is_supported(opcode::SendZc::CODE),
         // Multishot accept (5.19) is a flag of ACCEPT; SOCKET is the opcode that came with
         // it. A kernel that refuses the flag anyway answers -EINVAL, and the server falls
         // back to accepting by readiness.

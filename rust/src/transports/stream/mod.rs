@@ -60,10 +60,6 @@ struct State {
     queued: usize,
     /// `loop.sendfile` in progress: the future that resolves when the queue is empty.
     empty_waiter: Option<Py<PyAny>>,
-    /// The loop's multishot receive feeding this transport (io_uring), if reading so.
-    recv_token: Option<u64>,
-    /// The kernel refused the multishot receive: read by readiness from now on.
-    readiness_only: bool,
     /// The last readiness receive was large (`BIG_READ` or more): the next one goes
     /// straight into its own `bytes` rather than through the scratch buffer.
     big_reads: bool,
@@ -84,10 +80,6 @@ struct State {
     aborted: bool,
     /// The header the send in flight reads (boxed: its address is in the SQE).
     hdr: Box<SendHeader>,
-    /// Chunks (or the end-of-stream/error result) that arrived while reading was paused,
-    /// handed to the protocol once it resumes: a completed receive cannot be left in the
-    /// kernel as a readiness-based transport leaves its data.
-    stash: VecDeque<Py<PyAny>>,
 }
 
 /// The per-packet core of a stream transport.
@@ -113,12 +105,9 @@ impl TransportCore for StreamCore {
         })
     }
 
-    /// The loop's receive, or the fd's reader.
+    /// The fd's reader.
     fn stop_reading(&self, py: Python<'_>) -> PyResult<()> {
-        match self.state.with(py, |s| s.recv_token.take()) {
-            Some(token) => self.loop_.recv_stop(py, token),
-            None => self.unwatch(py, Side::Read),
-        }
+        self.unwatch(py, Side::Read)
     }
 
     fn stop_writing(&self, py: Python<'_>) -> PyResult<()> {
@@ -200,10 +189,6 @@ impl StreamCore {
             Err(e) => self.fatal(py, e, message).map(|()| None),
         }
     }
-
-    fn call_soon(&self, py: Python<'_>, callback: Py<PyAny>, args: Args) -> PyResult<()> {
-        self.loop_.call_soon(py, callback, args)
-    }
 }
 
 #[pymethods]
@@ -229,8 +214,6 @@ impl StreamCore {
                 queue: VecDeque::new(),
                 queued: 0,
                 empty_waiter: None,
-                recv_token: None,
-                readiness_only: false,
                 big_reads: false,
                 ring_sends,
                 send_token: None,
@@ -238,7 +221,6 @@ impl StreamCore {
                 eof_after_send: false,
                 aborted: false,
                 hdr: Box::default(),
-                stash: VecDeque::new(),
             }),
         })
     }
@@ -317,51 +299,6 @@ impl StreamCore {
         }
         this.state.with(py, |s| s.big_reads = n >= BIG_READ);
         this.data_received(py, &protocol, data)
-    }
-
-    /// A multishot receive delivered a chunk (`bytes`) or ended (`int`: 0 at end of
-    /// stream, else `-errno`).
-    fn _on_recv(slf: &Bound<'_, Self>, arg: Py<PyAny>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        // 0: drop (no reading after close(), as with a removed reader); 1: keep for the
-        // resume; 2: queue behind earlier stashed chunks and drain; 3: deliver.
-        let mut arg = Some(arg);
-        let step = this.state.with(py, |s| {
-            if s.base.conn_lost > 0 || s.base.closing {
-                0
-            } else if s.base.paused {
-                s.stash.extend(arg.take());
-                1
-            } else if !s.stash.is_empty() {
-                s.stash.extend(arg.take());
-                2
-            } else {
-                3
-            }
-        });
-        match (step, arg) {
-            (2, _) => Self::_drain_stash(slf),
-            (3, Some(arg)) => this.handle_recv(slf, arg),
-            _ => Ok(()),
-        }
-    }
-
-    /// Hands the chunks stashed during a pause to the protocol (scheduled by resume).
-    fn _drain_stash(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        loop {
-            let next = this.state.with(py, |s| {
-                if s.base.conn_lost > 0 || s.base.closing || s.base.paused {
-                    None
-                } else {
-                    s.stash.pop_front()
-                }
-            });
-            let Some(arg) = next else { return Ok(()) };
-            this.handle_recv(slf, arg)?;
-        }
     }
 
     // ----- writing -----
@@ -463,12 +400,7 @@ impl StreamCore {
                 std::mem::take(&mut s.queue)
             };
             (
-                (
-                    s.base.protocol.take(),
-                    s.base.shell.take(),
-                    queue,
-                    std::mem::take(&mut s.stash),
-                ),
+                (s.base.protocol.take(), s.base.shell.take(), queue),
                 s.empty_waiter.take(),
             )
         });
@@ -495,10 +427,6 @@ impl StreamCore {
         let this = slf.get();
         if this.state.with(py, |s| s.base.resume_reading()) {
             this.start_read(slf)?;
-            if this.state.with(py, |s| !s.stash.is_empty()) {
-                let cb = slf.getattr(intern!(py, "_drain_stash"))?.unbind();
-                this.call_soon(py, cb, Args::Zero)?;
-            }
         }
         Ok(())
     }

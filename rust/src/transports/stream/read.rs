@@ -1,7 +1,8 @@
-//! The reading half of `StreamCore`: readiness or multishot receive, handing each chunk
-//! to a `Protocol` (`data_received`) or a `BufferedProtocol` (`get_buffer` /
-//! `buffer_updated`), end of stream (`eof_received`).
-//! Owns: choosing how a transport reads and delivering what it read, and the slot through
+//! The reading half of `StreamCore`: readiness then `recv` (both drivers; see
+//! docs/decisions/0004-one-io-model.md), handing each chunk to a `Protocol`
+//! (`data_received`) or a `BufferedProtocol` (`get_buffer` / `buffer_updated`), end of
+//! stream (`eof_received`).
+//! Owns: reading and delivering what was read, and the slot through
 //! which the fast stream reader (`py/streams/`, above) takes chunks straight from the
 //! transport. Not: the state machine and the write queue (`mod.rs`).
 
@@ -17,7 +18,7 @@ use pyo3::types::{PyBytes, PyType};
 use super::StreamCore;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
-use crate::ffi::buffer::{copy_into_buffer, recv_bytes, recv_into_buffer};
+use crate::ffi::buffer::{recv_bytes, recv_into_buffer};
 use crate::sys::malloc::heap_serves;
 use crate::sys::sock;
 use crate::transports::common::{with_scratch, would_block, TransportCore, MAX_READ};
@@ -59,25 +60,10 @@ fn is_stream_reader_protocol(protocol: &Bound<'_, PyAny>) -> bool {
 }
 
 impl StreamCore {
-    /// Starts reading: a multishot receive where the loop has one, else the fd's reader.
+    /// Starts reading: the fd's reader. A BufferedProtocol then `recv_into`s its own
+    /// buffer (no copy), and bytes no protocol took stay in the kernel, as with asyncio (a
+    /// failing protocol's socket then closes with an RST, not a FIN).
     pub(super) fn start_read(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        // A BufferedProtocol reads by readiness: `recv_into` its own buffer (no copy), and
-        // bytes it did not take stay in the kernel, as with asyncio (a failing protocol's
-        // socket then closes with an RST, not a FIN).
-        let (active, by_readiness) = self.state.with(py, |s| {
-            (s.recv_token.is_some(), s.readiness_only || s.buffered)
-        });
-        if active {
-            return Ok(());
-        }
-        if !by_readiness {
-            let cb = slf.getattr(intern!(py, "_on_recv"))?.unbind();
-            if let Some(token) = self.loop_.recv_start(py, self.fd, cb) {
-                self.state.with(py, |s| s.recv_token = Some(token));
-                return Ok(());
-            }
-        }
         self.watch(slf, Side::Read)
     }
 
@@ -99,37 +85,6 @@ impl StreamCore {
         Ok(with_scratch(|buf| {
             sock::recv(self.fd, buf).map(|n| PyBytes::new(py, &buf[..n]))
         }))
-    }
-
-    /// One receive result for the protocol, as `_read_ready` would have produced it.
-    pub(super) fn handle_recv(&self, slf: &Bound<'_, Self>, arg: Py<PyAny>) -> PyResult<()> {
-        let py = slf.py();
-        let Some(protocol) = self.protocol(py) else {
-            return Ok(());
-        };
-        let data = match arg.bind(py).cast::<PyBytes>() {
-            Ok(b) => b.clone(),
-            Err(_) => {
-                let result: i32 = arg.extract(py)?;
-                if result == 0 {
-                    return self.on_eof(slf, protocol);
-                }
-                let code = -result;
-                let fallback = code == libc::EINVAL || code == libc::EOPNOTSUPP;
-                if fallback && self.state.with(py, |s| !s.readiness_only) {
-                    // This kernel refuses multishot receive on this socket: readiness then.
-                    self.stop_reading(py)?;
-                    self.state.with(py, |s| s.readiness_only = true);
-                    return self.start_read(slf);
-                }
-                let err = os_error(&io::Error::from_raw_os_error(code));
-                return self.fatal(py, err, "Fatal read error on socket transport");
-            }
-        };
-        if self.state.with(py, |s| s.buffered) {
-            return self.feed_buffered(slf, protocol, data);
-        }
-        self.data_received(py, &protocol, data)
     }
 
     /// `protocol.data_received(data)`; a plain `asyncio.StreamReaderProtocol` has its
@@ -184,48 +139,6 @@ impl StreamCore {
         let res = protocol.call_method1(py, intern!(py, "buffer_updated"), (n,));
         let message = "Fatal error: protocol.buffer_updated() call failed.";
         Ok(self.checked(py, res, message)?.is_some())
-    }
-
-    /// A received chunk into a `BufferedProtocol`: `get_buffer(-1)` / copy /
-    /// `buffer_updated(n)` until the chunk is used up, as successive `recv_into` would.
-    pub(super) fn feed_buffered(
-        &self,
-        slf: &Bound<'_, Self>,
-        protocol: Py<PyAny>,
-        data: Bound<'_, PyBytes>,
-    ) -> PyResult<()> {
-        let py = slf.py();
-        let all = data.as_bytes();
-        let mut off = 0;
-        while off < all.len() {
-            let Some(buf) = self.get_buffer(py, &protocol)? else {
-                return Ok(());
-            };
-            let n = match copy_into_buffer(buf.bind(py), &all[off..]) {
-                Ok(n) => n,
-                Err(e) => return self.fatal(py, e, "Fatal read error on socket transport"),
-            };
-            drop(buf);
-            off += n;
-            if !self.buffer_updated(py, &protocol, n)? {
-                return Ok(());
-            }
-            let stop = self.state.with(py, |s| {
-                s.base.conn_lost > 0 || s.base.closing || s.base.paused
-            });
-            if stop {
-                if off < all.len() {
-                    let rest = PyBytes::new(py, &all[off..]).into_any().unbind();
-                    self.state.with(py, |s| {
-                        if s.base.conn_lost == 0 && !s.base.closing {
-                            s.stash.push_front(rest);
-                        }
-                    });
-                }
-                return Ok(());
-            }
-        }
-        Ok(())
     }
 
     pub(super) fn on_eof(&self, slf: &Bound<'_, Self>, protocol: Py<PyAny>) -> PyResult<()> {
