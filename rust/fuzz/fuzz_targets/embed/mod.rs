@@ -10,14 +10,15 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyModule};
 
 /// The harness module's `run` function, imported once (an interpreter per process).
-pub fn harness(name: &'static str) -> &'static Py<PyAny> {
+/// `setup` runs first, once (a target's own native helpers for its harness).
+pub fn harness(name: &'static str, setup: fn(Python<'_>)) -> &'static Py<PyAny> {
     static RUN: OnceLock<(&'static str, Py<PyAny>)> = OnceLock::new();
-    let (loaded, run) = RUN.get_or_init(|| (name, load(name)));
+    let (loaded, run) = RUN.get_or_init(|| (name, load(name, setup)));
     assert_eq!(*loaded, name, "one harness per process");
     run
 }
 
-fn load(name: &str) -> Py<PyAny> {
+fn load(name: &str, setup: fn(Python<'_>)) -> Py<PyAny> {
     Python::initialize();
     Python::attach(|py| {
         let fuzz = concat!(env!("CARGO_MANIFEST_DIR"));
@@ -40,6 +41,7 @@ fn load(name: &str) -> Py<PyAny> {
             .and_then(|b| b.getattr("NATIVE_ERROR"))
             .expect("rsloop._backend.NATIVE_ERROR");
         assert!(native.is_none(), "rsloop did not take the native module: {native}");
+        setup(py);
         py.import(name)
             .and_then(|h| h.getattr("run"))
             .unwrap_or_else(|e| panic!("harness {name}: {e}"))
@@ -48,8 +50,14 @@ fn load(name: &str) -> Py<PyAny> {
 }
 
 /// Runs the harness on one input; a Python exception fails the input, with its traceback.
+#[allow(dead_code)] // each target uses one of the two
 pub fn run(name: &'static str, data: &[u8]) {
-    let run = harness(name);
+    run_with(name, data, |_| {});
+}
+
+/// [`run`], with `setup` run once before the harness is imported.
+pub fn run_with(name: &'static str, data: &[u8], setup: fn(Python<'_>)) {
+    let run = harness(name, setup);
     Python::attach(|py| {
         if let Err(e) = run.call1(py, (PyBytes::new(py, data),)) {
             e.print(py);
