@@ -1,0 +1,184 @@
+"""The `datagram` fuzz target's oracle: rsloop's native datagram transport
+(`rust/src/transports/datagram.rs`: the `recvfrom` batches, `sendto` and its queue of
+(datagram, address), the address conversions, the write-buffer count and the water
+marks) against asyncio's selector loop doing the same, step by step.
+
+Each side gets its own connected AF_UNIX datagram socket pair (reliable and ordered, so
+both sides see the same kernel behaviour), the transport on one end with a small send
+buffer so datagrams queue, and the other end played by the harness. The input is a
+program: datagrams of 0 to 64 KiB (large ones fail with EMSGSIZE) sent with `sendto` to
+no address, the peer's, others of every form (paths, abstract names, bytes, numbers,
+tuples), as `bytes`, `bytearray`, `memoryview` or `str`; datagrams from the peer (up to
+40 at once, more than one receive batch); the peer draining its end; pause/resume
+reading; water marks; the loop running until quiet; close and abort. After every step
+the two logs must be equal: what each call returned or raised, every protocol callback
+with its arguments, the write-buffer size, what the peer received.
+
+The rsloop side runs on the io_uring driver or the poll driver, chosen by the input's
+first byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from rsloop._loop import Loop
+
+ADDRESSES: list = [None, "", "/nonexistent/fuzz", b"\0rsloop-fuzz-nowhere", 7,
+                   ("127.0.0.1", 9), b"", "x" * 200, ("a", "b", "c")]  # fmt: skip
+SIZES = [0, 1, 2, 100, 1000, 4000, 9000, 70000]
+# Fatal errors are logged by both loops alike; the log is not compared, only noisy.
+logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
+LOOPS = {
+    "asyncio": asyncio.SelectorEventLoop(),
+    "uring": Loop(backend="uring"),
+    "poll": Loop(backend="poll"),
+}
+
+
+def diff(ours: str, where, theirs: list, mine: list):
+    """Where the two logs part: the first differing entry and the next few of each."""
+    i = next((k for k, (x, y) in enumerate(zip(theirs, mine)) if x != y), min(len(theirs), len(mine)))
+    return (ours, where, f"entry {i} of {len(theirs)} (asyncio) / {len(mine)} (rsloop)",
+            theirs[max(i - 2, 0) : i + 3], mine[max(i - 2, 0) : i + 3])  # fmt: skip
+
+
+def describe(exc: BaseException):
+    return (type(exc).__name__, getattr(exc, "errno", None))
+
+
+class Protocol(asyncio.DatagramProtocol):
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def connection_made(self, transport) -> None:
+        self.log.append(("made",))
+
+    def datagram_received(self, data, addr) -> None:
+        self.log.append(("received", bytes(data), addr))
+
+    def error_received(self, exc) -> None:
+        self.log.append(("error_received", describe(exc)))
+
+    def connection_lost(self, exc) -> None:
+        self.log.append(("lost", None if exc is None else describe(exc)))
+
+    def pause_writing(self) -> None:
+        self.log.append(("pause_writing",))
+
+    def resume_writing(self) -> None:
+        self.log.append(("resume_writing",))
+
+
+class Side:
+    def __init__(self, loop) -> None:
+        self.loop = loop
+        self.log: list = []
+        self.ours, self.peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+        self.ours.setblocking(False)
+        self.peer.setblocking(False)
+        self.transport, _ = loop.run_until_complete(
+            loop.create_datagram_endpoint(lambda: Protocol(self.log), sock=self.ours)
+        )
+
+    def call(self, what: str, f, *args) -> None:
+        try:
+            self.log.append((what, "returned", f(*args)))
+        except Exception as exc:  # noqa: BLE001 - compared between the loops
+            self.log.append((what, "raised", describe(exc)))
+
+    def settle(self) -> None:
+        """Runs the loop until its log and the write-buffer size stop changing (asyncio
+        reads one datagram per iteration, rsloop up to 16: only the settled state is
+        compared)."""
+        seen = None
+        for _ in range(2000):  # a program sends at most ~1,300 datagrams
+            self.loop.call_soon(self.loop.stop)
+            self.loop.run_forever()
+            now = (len(self.log), self.transport.get_write_buffer_size())
+            if now == seen:
+                return
+            seen = now
+
+    def drain_peer(self) -> None:
+        got = []
+        while True:
+            try:
+                got.append(self.peer.recv(1 << 17))
+            except BlockingIOError:
+                break
+        self.log.append(("peer got", got))
+
+    def finish(self) -> None:
+        self.transport.abort()
+        self.settle()
+        self.peer.close()
+        self.ours.close()
+
+
+def payload(size: int, kind: int, tag: int):
+    data = bytes([tag]) * size
+    return [data, bytearray(data), memoryview(data), data.decode("latin-1")][kind % 4]
+
+
+def run(data: bytes) -> None:
+    if not data:
+        return
+    ours = "uring" if data[0] % 2 else "poll"
+    sides = [Side(LOOPS["asyncio"]), Side(LOOPS[ours])]
+    try:
+        steps = data[1:]
+        for i in range(0, len(steps), 3):
+            op, a, b = (list(steps[i : i + 3]) + [0, 0])[:3]
+            for side in sides:
+                step(side, op % 10, a, b)
+            assert sides[0].log == sides[1].log, diff(ours, (op % 10, a, b), sides[0].log, sides[1].log)
+            t = [s.transport for s in sides]
+            assert t[0].get_write_buffer_size() == t[1].get_write_buffer_size(), (op, a, b)
+            assert t[0].is_closing() == t[1].is_closing(), (op, a, b)
+        for side in sides:
+            side.transport.close()
+            side.settle()
+            side.drain_peer()
+        assert sides[0].log == sides[1].log, diff(ours, "at the end", sides[0].log, sides[1].log)
+    finally:
+        for side in sides:
+            side.finish()
+
+
+def step(side: Side, op: int, a: int, b: int) -> None:
+    t = side.transport
+    if op in (0, 1):
+        size = SIZES[a % len(SIZES)] + (b >> 4)
+        addr = None if op == 0 else ADDRESSES[b % len(ADDRESSES)]
+        side.call("sendto", t.sendto, payload(size, a >> 4, b), addr)
+    elif op in (2, 3):
+        for k in range(1 + a % 40):
+            try:
+                side.peer.send(bytes([k]) * (b % 64 + k))
+            except OSError as exc:
+                side.log.append(("peer send", describe(exc)))
+                break
+        if op == 3:
+            side.settle()
+    elif op == 4:
+        side.drain_peer()
+    elif op == 5:
+        side.call("pause_reading", t.pause_reading)
+    elif op == 6:
+        side.call("resume_reading", t.resume_reading)
+    elif op == 7:
+        high = a * 64 if a % 3 else None
+        low = b * 32 if b % 3 else None
+        side.call("limits", t.set_write_buffer_limits, high, low)
+    elif op == 8:
+        side.settle()
+    elif a % 8 == 0:
+        side.call("close", t.close)
+    elif a % 8 == 1:
+        side.call("abort", t.abort)
+    else:
+        side.settle()
