@@ -84,17 +84,31 @@ fn check(bufs: &BufRing, kernel: &Kernel, pushed: u16, held: &BTreeSet<u16>) {
     let tail = Kernel::published_tail(bufs);
     assert_eq!(tail, pushed, "published tail");
     let available = tail.wrapping_sub(kernel.head);
-    assert!(available <= ENTRIES, "{available} entries in a ring of {ENTRIES}");
+    assert!(
+        available <= ENTRIES,
+        "{available} entries in a ring of {ENTRIES}"
+    );
     let mut seen = BTreeSet::new();
     for k in 0..available {
         let (addr, len, bid) = Kernel::entry(bufs, kernel.head.wrapping_add(k));
         assert!(bid < ENTRIES, "bid {bid}");
         assert!(seen.insert(bid), "buffer {bid} twice in the ring");
-        assert!(!held.contains(&bid), "buffer {bid} in the ring while the loop holds it");
-        assert_eq!(addr, bufs.bytes(bid, 0).as_ptr() as u64, "buffer {bid}'s address");
+        assert!(
+            !held.contains(&bid),
+            "buffer {bid} in the ring while the loop holds it"
+        );
+        assert_eq!(
+            addr,
+            bufs.bytes(bid, 0).as_ptr() as u64,
+            "buffer {bid}'s address"
+        );
         assert_eq!(len as usize, BUF_SIZE, "buffer {bid}'s length");
     }
-    assert_eq!(seen.len() + held.len(), usize::from(ENTRIES), "a buffer went missing");
+    assert_eq!(
+        seen.len() + held.len(),
+        usize::from(ENTRIES),
+        "a buffer went missing"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -104,7 +118,7 @@ fuzz_target!(|data: &[u8]| {
     let base = bufs.bytes(0, 0).as_ptr() as usize;
     let mut kernel = Kernel { head: 0 };
     let mut pushed = ENTRIES; // `new` fills the ring
-    // Chunks the loop has been told about and not yet handed back: (bid, len, fill).
+                              // Chunks the loop has been told about and not yet handed back: (bid, len, fill).
     let mut held_chunks: VecDeque<(u16, usize, u8)> = VecDeque::new();
     let mut held = BTreeSet::new();
     check(&bufs, &kernel, pushed, &held);
@@ -121,7 +135,11 @@ fuzz_target!(|data: &[u8]| {
                     _ => BUF_SIZE + usize::from(b), // more than a buffer: clamped
                 };
                 match kernel.receive(&bufs, n, c) {
-                    None => assert_eq!(held.len(), usize::from(ENTRIES), "ENOBUFS with free buffers"),
+                    None => assert_eq!(
+                        held.len(),
+                        usize::from(ENTRIES),
+                        "ENOBUFS with free buffers"
+                    ),
                     Some((flags, n)) => {
                         // The driver's own decoding of the CQE.
                         let bid = io_uring::cqueue::buffer_select(flags).expect("a buffer flag");
@@ -140,7 +158,11 @@ fuzz_target!(|data: &[u8]| {
                 let got = bufs.bytes(bid, n);
                 assert_eq!(got.len(), n);
                 if n > 0 {
-                    assert_eq!((got[0], got[n - 1]), (fill, fill), "buffer {bid}'s chunk changed");
+                    assert_eq!(
+                        (got[0], got[n - 1]),
+                        (fill, fill),
+                        "buffer {bid}'s chunk changed"
+                    );
                 }
                 // A buffer id as a CQE could name it: the ring takes it modulo ENTRIES.
                 bufs.recycle(bid + ENTRIES * u16::from(b % 2));

@@ -28,8 +28,14 @@ fn vectorcall<'py>(
     // One spare slot in front: with the offset flag the callee may borrow it.
     let mut slots: Vec<*mut ffi::PyObject> = vec![std::ptr::null_mut()];
     slots.extend(values.iter().map(|v| v.as_ptr()));
-    let flag = if offset { ffi::PY_VECTORCALL_ARGUMENTS_OFFSET } else { 0 };
-    let names = kwnames.as_ref().map_or(std::ptr::null_mut(), |k| k.as_ptr());
+    let flag = if offset {
+        ffi::PY_VECTORCALL_ARGUMENTS_OFFSET
+    } else {
+        0
+    };
+    let names = kwnames
+        .as_ref()
+        .map_or(std::ptr::null_mut(), |k| k.as_ptr());
     // SAFETY: `slots[1..]` holds `nargs + len(kwnames)` live references (kept alive by
     // `values`), preceded by a writable spare slot as the offset flag allows; `kwnames` is
     // NULL or a live tuple. The result is a new reference or NULL with an exception set.

@@ -40,9 +40,10 @@ LOOPS = {
 
 def diff(ours: str, where, theirs: list, mine: list):
     """Where the two logs part: the first differing entry and the next few of each."""
-    i = next((k for k, (x, y) in enumerate(zip(theirs, mine)) if x != y), min(len(theirs), len(mine)))
-    return (ours, where, f"entry {i} of {len(theirs)} (asyncio) / {len(mine)} (rsloop)",
-            theirs[max(i - 2, 0) : i + 3], mine[max(i - 2, 0) : i + 3])  # fmt: skip
+    pairs = enumerate(zip(theirs, mine, strict=False))
+    i = next((k for k, (x, y) in pairs if x != y), min(len(theirs), len(mine)))
+    counts = f"entry {i} of {len(theirs)} (asyncio) / {len(mine)} (rsloop)"
+    return (ours, where, counts, theirs[max(i - 2, 0) : i + 3], mine[max(i - 2, 0) : i + 3])
 
 
 def describe(exc: BaseException):
@@ -135,7 +136,8 @@ def run(data: bytes) -> None:
             op, a, b = (list(steps[i : i + 3]) + [0, 0])[:3]
             for side in sides:
                 step(side, op % 10, a, b)
-            assert sides[0].log == sides[1].log, diff(ours, (op % 10, a, b), sides[0].log, sides[1].log)
+            where = (op % 10, a, b)
+            assert sides[0].log == sides[1].log, diff(ours, where, sides[0].log, sides[1].log)
             t = [s.transport for s in sides]
             assert t[0].get_write_buffer_size() == t[1].get_write_buffer_size(), (op, a, b)
             assert t[0].is_closing() == t[1].is_closing(), (op, a, b)

@@ -21,8 +21,9 @@ import asyncio
 import contextvars
 import sys
 
-import rsloop
 from _fuzzcall import vectorcall
+
+import rsloop
 
 
 class Str(str):

@@ -25,22 +25,29 @@ fn load(name: &str, setup: fn(Python<'_>)) -> Py<PyAny> {
         let root = format!("{fuzz}/../..");
         let sys = py.import("sys").expect("sys");
         let path = sys.getattr("path").expect("sys.path");
-        path.call_method1("insert", (0, format!("{fuzz}/harness"))).expect("path");
+        path.call_method1("insert", (0, format!("{fuzz}/harness")))
+            .expect("path");
         path.call_method1("insert", (0, root)).expect("path");
         // What `#[pymodule] fn _rsloop` does, under the name the package imports.
         let m = PyModule::new(py, "rsloop._rsloop").expect("module");
         m.add("__version__", "fuzz").expect("version");
-        m.add("BUILD_URING", cfg!(target_os = "linux")).expect("flag");
+        m.add("BUILD_URING", cfg!(target_os = "linux"))
+            .expect("flag");
         _rsloop::py::register(&m).expect("register the native module");
         sys.getattr("modules")
             .and_then(|mods| mods.set_item("rsloop._rsloop", &m))
             .expect("sys.modules");
-        let rsloop = py.import("rsloop").expect("import rsloop from this checkout");
+        let rsloop = py
+            .import("rsloop")
+            .expect("import rsloop from this checkout");
         let native = rsloop
             .getattr("_backend")
             .and_then(|b| b.getattr("NATIVE_ERROR"))
             .expect("rsloop._backend.NATIVE_ERROR");
-        assert!(native.is_none(), "rsloop did not take the native module: {native}");
+        assert!(
+            native.is_none(),
+            "rsloop did not take the native module: {native}"
+        );
         setup(py);
         py.import(name)
             .and_then(|h| h.getattr("run"))
