@@ -6,26 +6,30 @@ marks) against asyncio's selector loop doing the same, step by step.
 Each side gets its own connected AF_UNIX datagram socket pair (reliable and ordered, so
 both sides see the same kernel behaviour), the transport on one end with a small send
 buffer so datagrams queue, and the other end played by the harness. The input is a
-program: datagrams of 0 to 64 KiB (large ones fail with EMSGSIZE) sent with `sendto` to
-no address, the peer's, others of every form (paths, abstract names, bytes, numbers,
+program: datagrams of 0 to 70 KB (large ones fail with EMSGSIZE) sent with `sendto` to
+the peer's name, to no address, to others of every form (paths, abstract names, bytes, numbers,
 tuples), as `bytes`, `bytearray`, `memoryview` or `str`; datagrams from the peer (up to
 40 at once, more than one receive batch); the peer draining its end; pause/resume
 reading; water marks; the loop running until quiet; close and abort. After every step
 the two logs must be equal: what each call returned or raised, every protocol callback
 with its arguments, the write-buffer size, what the peer received.
 
-The rsloop side runs on the io_uring driver or the poll driver, chosen by the input's
-first byte.
+The input's first byte picks the rsloop side's driver (io_uring or poll) and whether the
+transport's socket is connected to the peer (asyncio then sends with `send`, and ignores
+the address) or not (`sendto` with the address given). Both ends are bound to abstract
+names, so received datagrams carry an address to convert.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 
 from rsloop._loop import Loop
 
+# Besides the peer's own name (op 0):
 ADDRESSES: list = [None, "", "/nonexistent/fuzz", b"\0rsloop-fuzz-nowhere", 7,
                    ("127.0.0.1", 9), b"", "x" * 200, ("a", "b", "c")]  # fmt: skip
 SIZES = [0, 1, 2, 100, 1000, 4000, 9000, 70000]
@@ -74,10 +78,26 @@ class Protocol(asyncio.DatagramProtocol):
 
 
 class Side:
-    def __init__(self, loop) -> None:
+    serial = 0
+
+    def __init__(self, loop, connected: bool) -> None:
         self.loop = loop
         self.log: list = []
-        self.ours, self.peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        # Both ends bound to abstract names (so addresses travel both ways), the peer
+        # connected to ours; ours connected to the peer or not (then `sendto` needs an
+        # address, and the peer's is one of those the program picks from).
+        names = []
+        for end in ("ours", "peer"):
+            Side.serial += 1
+            names.append(b"\0rsloop-fuzz-%d-%d-%s" % (os.getpid(), Side.serial, end.encode()))
+        self.ours = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.ours.bind(names[0])
+        self.peer.bind(names[1])
+        self.peer.connect(names[0])
+        if connected:
+            self.ours.connect(names[1])
+        self.peer_name = names[1]
         self.ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
         self.ours.setblocking(False)
         self.peer.setblocking(False)
@@ -129,7 +149,8 @@ def run(data: bytes) -> None:
     if not data:
         return
     ours = "uring" if data[0] % 2 else "poll"
-    sides = [Side(LOOPS["asyncio"]), Side(LOOPS[ours])]
+    connected = bool(data[0] & 2)
+    sides = [Side(LOOPS["asyncio"], connected), Side(LOOPS[ours], connected)]
     try:
         steps = data[1:]
         for i in range(0, len(steps), 3):
@@ -146,6 +167,8 @@ def run(data: bytes) -> None:
             side.settle()
             side.drain_peer()
         assert sides[0].log == sides[1].log, diff(ours, "at the end", sides[0].log, sides[1].log)
+        if os.environ.get("RSLOOP_FUZZ_SHOW"):  # what a program did, to check a seed
+            print(ours, *(repr(e)[:100] for e in sides[1].log), sep="\n  ")
     finally:
         for side in sides:
             side.finish()
@@ -155,7 +178,7 @@ def step(side: Side, op: int, a: int, b: int) -> None:
     t = side.transport
     if op in (0, 1):
         size = SIZES[a % len(SIZES)] + (b >> 4)
-        addr = None if op == 0 else ADDRESSES[b % len(ADDRESSES)]
+        addr = side.peer_name if op == 0 else ADDRESSES[b % len(ADDRESSES)]
         side.call("sendto", t.sendto, payload(size, a >> 4, b), addr)
     elif op in (2, 3):
         for k in range(1 + a % 40):
