@@ -55,14 +55,15 @@ def describe(exc: BaseException):
 
 
 class Protocol(asyncio.DatagramProtocol):
-    def __init__(self, log: list) -> None:
+    def __init__(self, log: list, names: dict) -> None:
         self.log = log
+        self.names = names  # each side's own names, logged as the same words
 
     def connection_made(self, transport) -> None:
         self.log.append(("made",))
 
     def datagram_received(self, data, addr) -> None:
-        self.log.append(("received", bytes(data), addr))
+        self.log.append(("received", bytes(data), self.names.get(addr, addr)))
 
     def error_received(self, exc) -> None:
         self.log.append(("error_received", describe(exc)))
@@ -102,7 +103,9 @@ class Side:
         self.ours.setblocking(False)
         self.peer.setblocking(False)
         self.transport, _ = loop.run_until_complete(
-            loop.create_datagram_endpoint(lambda: Protocol(self.log), sock=self.ours)
+            loop.create_datagram_endpoint(
+                lambda: Protocol(self.log, {names[0]: "ours", names[1]: "peer"}), sock=self.ours
+            )
         )
 
     def call(self, what: str, f, *args) -> None:
