@@ -827,3 +827,59 @@ def test_address_forms_as_asyncio(loop, handler_log, family, form):
     finally:
         ref_loop.close()
     assert _outcome(loop, family, addr_of) == ref
+
+
+# ----- a socket closed under its transport ----------------------------------------------
+
+
+@pytest.mark.skipif(not HAS_UNIX, reason="AF_UNIX datagram pairs")
+def test_socket_closed_under_a_queued_transport_never_reaches_the_fd_reused(loop):
+    """Found by the `datagram` fuzz target: a transport whose socket the program closes
+    while datagrams wait in its queue must not send them into the next socket that gets
+    the same fd number. asyncio sends through the socket object (closed: EBADF, for
+    error_received); rsloop sent on the raw fd, so a new transport on a reused fd, whose
+    registration re-armed the old transport's write watch, carried the old transport's
+    datagrams to an unrelated peer."""
+    first, first_peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    first.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    first.setblocking(False)
+    old_transport, old_protocol = run(loop, endpoint(loop, sock=first))
+    # The peer never reads: the kernel pushes back and the rest queues.
+    for i in range(40):
+        old_transport.sendto(bytes([i]) * 4000)
+        if old_transport.get_write_buffer_size():
+            break
+    assert old_transport.get_write_buffer_size() > 0
+    old_transport.close()  # closing: waits for the queue
+    old_fd = first.fileno()
+    first.close()  # the socket goes away under the transport; its fd number is free
+
+    second, second_peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    if second.fileno() != old_fd:  # take the old number, whatever else the process holds
+        os.dup2(second.fileno(), old_fd)
+        second.close()
+        second = socket.socket(fileno=old_fd)
+    second.setblocking(False)
+    second_peer.setblocking(False)
+    try:
+        new_transport, new_protocol = run(loop, endpoint(loop, sock=second))
+        run(loop, spin(20))
+        stale = []
+        while True:
+            try:
+                stale.append(second_peer.recv(1 << 16))
+            except BlockingIOError:
+                break
+        assert stale == []
+        # What the old transport could not send is the old protocol's error, if anything.
+        assert all(isinstance(e, OSError) for e in old_protocol.errors)
+        new_transport.sendto(b"fresh")
+        run(loop, spin(5))
+        assert second_peer.recv(100) == b"fresh"
+    finally:
+        old_transport.abort()
+        new_transport.abort()
+        run(loop, spin(5))
+        second.close()
+        second_peer.close()
+        first_peer.close()

@@ -200,7 +200,7 @@ def judge(reference, binding, values, result, error, well_formed, shape) -> None
         assert isinstance(result, asyncio.Task), what
         if isinstance(binding.get("name"), int):
             assert result.get_name() == values[binding["name"]], what
-        if context is not None and sys.version_info >= (3, 11):
+        if context is not None and sys.version_info >= (3, 12):  # get_context: 3.12+
             assert result.get_context() is context, what
     elif name == "create_future":
         assert isinstance(result, asyncio.Future) and not result.done(), what
