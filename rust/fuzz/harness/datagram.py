@@ -173,6 +173,11 @@ def run(data: bytes) -> None:
             t = [s.transport for s in sides]
             assert t[0].get_write_buffer_size() == t[1].get_write_buffer_size(), (op, a, b)
             assert t[0].is_closing() == t[1].is_closing(), (op, a, b)
+            if all(any(e[0] == "lost" for e in side.log) for side in sides):
+                # Past connection_lost asyncio's sendto depends on what it left in its
+                # buffer (it keeps it; rsloop drops its queue): not compared, see
+                # docs/reliability.md's findings.
+                break
         for side in sides:
             side.transport.close()
             side.settle()
