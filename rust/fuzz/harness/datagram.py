@@ -35,10 +35,13 @@ ADDRESSES: list = [None, "", "/nonexistent/fuzz", b"\0rsloop-fuzz-nowhere", 7,
 SIZES = [0, 1, 2, 100, 1000, 4000, 9000, 70000]
 # Fatal errors are logged by both loops alike; the log is not compared, only noisy.
 logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
-LOOPS = {
-    "asyncio": asyncio.SelectorEventLoop(),
-    "uring": Loop(backend="uring"),
-    "poll": Loop(backend="poll"),
+# Fresh loops for every program: asyncio's selector keeps the registration of an fd
+# closed while registered (an aborted transport's late writer), and then cannot register
+# the next socket that gets that number (ENOENT), which would leak into later programs.
+FACTORIES = {
+    "asyncio": asyncio.SelectorEventLoop,
+    "uring": lambda: Loop(backend="uring"),
+    "poll": lambda: Loop(backend="poll"),
 }
 
 
@@ -161,7 +164,8 @@ def run(data: bytes) -> None:
         return
     ours = "uring" if data[0] % 2 else "poll"
     connected = bool(data[0] & 2)
-    sides = [Side(LOOPS["asyncio"], connected), Side(LOOPS[ours], connected)]
+    loops = [FACTORIES["asyncio"](), FACTORIES[ours]()]
+    sides = [Side(loops[0], connected), Side(loops[1], connected)]
     try:
         steps = data[1:]
         for i in range(0, len(steps), 3):
@@ -188,6 +192,8 @@ def run(data: bytes) -> None:
     finally:
         for side in sides:
             side.finish()
+        for lp in loops:
+            lp.close()
 
 
 def step(side: Side, op: int, a: int, b: int) -> None:
@@ -220,7 +226,7 @@ def step(side: Side, op: int, a: int, b: int) -> None:
     elif a % 8 == 0:
         side.call("close", t.close)
     elif a % 8 == 1:
-        if side.loop is LOOPS["asyncio"] and getattr(t, "_loop", True) is None:
+        if isinstance(side.loop, asyncio.SelectorEventLoop) and getattr(t, "_loop", 1) is None:
             # asyncio's abort() after a close that waited for its queue has run
             # connection_lost raises AttributeError (`_force_close` calls the loop it
             # dropped); rsloop's does nothing, as abort() after any other close does.
