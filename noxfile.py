@@ -10,6 +10,7 @@ import glob
 import os
 import shutil
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -595,26 +596,54 @@ def asan(session: nox.Session) -> None:
     session.run("python", runner, "--backend", "uring", "--backend", "poll", *modules, env=env)
 
 
-FUZZ_TARGETS = ["sockaddr", "ip_text"]
+FUZZ_TARGETS = ["sockaddr", "ip_text", "bufring", "streams", "fastcall", "datagram"]
+# These embed an interpreter (rust/fuzz/fuzz_targets/embed/): they link libpython and run
+# the checkout's rsloop package on the extension built into the target.
+FUZZ_EMBEDDED = {"streams", "fastcall", "datagram"}
+# Seconds per target for `-- ci`: replays the checked-in corpus and fuzzes a little.
+FUZZ_CI_SECONDS = "15"
 
 
 @nox.session(python=False)
 def fuzz(session: nox.Session) -> None:
-    """cargo-fuzz (nightly, libFuzzer + ASan) on the native parsers, each target for N
-    seconds (`-- N`, default 60) from its checked-in corpus in rust/fuzz/corpus/, which
-    it replays first: a crash input copied there is a regression test from then on."""
-    seconds = session.posargs[0] if session.posargs else "60"
+    """cargo-fuzz (nightly, libFuzzer + ASan) on the native surfaces, each target for N
+    seconds (`-- N`, default 60; `-- ci`: 15) from its checked-in corpus in
+    rust/fuzz/corpus/, which it replays first: a crash input copied there is a regression
+    test from then on. Target names after the seconds run only those."""
+    args = list(session.posargs)
+    seconds = "60"
+    if args and args[0] == "ci":
+        seconds = FUZZ_CI_SECONDS
+        args = args[1:]
+    elif args and args[0].isdigit():
+        seconds = args.pop(0)
+    targets = args or FUZZ_TARGETS
+    unknown = sorted(set(targets) - set(FUZZ_TARGETS))
+    if unknown:
+        session.error(f"unknown fuzz targets {unknown}; known: {FUZZ_TARGETS}")
     if shutil.which("cargo-fuzz") is None:
         session.run("cargo", "install", "cargo-fuzz", "--locked", external=True)
-    env = {"RUSTUP_TOOLCHAIN": "nightly"}
+    env = {
+        "RUSTUP_TOOLCHAIN": "nightly",
+        # For the embedded targets: this interpreter's libpython at link and run time, its
+        # standard library (the binary is not under its prefix), and no leak report at
+        # exit (CPython frees little at exit by design; Rust-side leaks are not checked).
+        "PYO3_PYTHON": sys.executable,
+        "LD_LIBRARY_PATH": os.pathsep.join(
+            [sysconfig.get_config_var("LIBDIR") or "", os.environ.get("LD_LIBRARY_PATH", "")]
+        ),
+        "PYTHONHOME": sys.base_prefix,
+        "ASAN_OPTIONS": "detect_leaks=0",
+    }
     work = Path(session.create_tmp()).resolve() / "fuzz-corpus"
     with session.chdir(ROOT / "rust" / "fuzz"):
-        for target in FUZZ_TARGETS:
+        for target in targets:
             # New inputs go to a scratch corpus; the checked-in one is only read.
             (work / target).mkdir(parents=True, exist_ok=True)
+            extra = ["-detect_leaks=0"] if target in FUZZ_EMBEDDED else []
             session.run(
                 "cargo", "fuzz", "run", "-O", target, str(work / target), f"corpus/{target}",
-                "--", f"-max_total_time={seconds}", external=True, env=env,
+                "--", f"-max_total_time={seconds}", *extra, external=True, env=env,
             )  # fmt: skip
 
 
