@@ -348,10 +348,15 @@ impl DatagramCore {
     /// fuzz target). asyncio's sends go through the socket object (closed: `EBADF`, for
     /// `error_received`); ours then do too. Reads need no check: asyncio refuses a second
     /// transport on an fd whose transport is not closing, and closing stops reading.
+    /// Asked only of a closing transport (its queue is what outlives the socket), so an
+    /// open transport's sends make no Python call.
     fn detached(&self, py: Python<'_>) -> bool {
-        let sock = self
-            .state
-            .with(py, |s| s.sock.as_ref().map(|x| x.clone_ref(py)));
+        let sock = self.state.with(py, |s| {
+            s.base
+                .closing
+                .then(|| s.sock.as_ref().map(|x| x.clone_ref(py)))
+                .flatten()
+        });
         let Some(sock) = sock else {
             return false; // gone after connection_lost: `sock_call` raises as asyncio
         };
