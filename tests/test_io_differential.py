@@ -199,6 +199,7 @@ class Run:
                 t1 = protos[1].transport
             for e, p, t in zip(self.ends, protos, (t0, t1), strict=True):
                 e.proto, e.transport = p, t
+                self.fix_buffers(t)
         else:
             if self.mode == "pair":
                 a, b = socket.socketpair()
@@ -218,7 +219,17 @@ class Run:
                 r1, w1 = await asyncio.wait_for(got, 5)
             for e, r, w in zip(self.ends, (r0, r1), (w0, w1), strict=True):
                 e.reader, e.writer, e.transport = r, w, w.transport
+                self.fix_buffers(w.transport)
             self.trace.append(("streams",))
+
+    def fix_buffers(self, transport) -> None:
+        """TCP sizes its buffers to how fast the reader reads (autotuning), so how much the
+        kernel takes from a writer whose peer does not read would depend on timing; fixed
+        sizes make it depend on the bytes alone. A Unix socket pair's are fixed anyway."""
+        sock = transport.get_extra_info("socket")
+        if sock.family != socket.AF_UNIX:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 18)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 18)
 
     # ----- settling -----
 
@@ -266,6 +277,12 @@ class Run:
             if not (peer.paused or peer.closed or peer.lost):
                 return False
         return True
+
+    def _reset(self, end: int) -> bool:
+        """Whether the end reset the connection: aborted, or closed (reading stops there)
+        with data of its peer's it never took."""
+        e = self.ends[end]
+        return e.aborted or (e.closed and self._received(end) < self.ends[1 - end].written)
 
     def _lost(self, end: int) -> bool:
         """Whether the end's connection_lost ran."""
@@ -343,8 +360,7 @@ class Run:
                 t.abort()
                 e.aborted = e.eof_sent = e.closed = True
             elif name == "close":
-                t.close() if e.writer is None else e.writer.close()
-                e.eof_sent = e.closed = True
+                self.close(end)
             elif name == "drain":
                 await self.drain(end)
             elif name == "read":
@@ -352,6 +368,11 @@ class Run:
         except Exception as exc:  # raised to the program: part of the trace
             self.trace.append((end, name, *_err(exc)))
         await self.settle()
+
+    def close(self, end: int) -> None:
+        e = self.ends[end]
+        e.transport.close() if e.writer is None else e.writer.close()
+        e.eof_sent = e.closed = True
 
     async def drain(self, end: int) -> None:
         e = self.ends[end]
@@ -432,12 +453,11 @@ class Run:
                     # program took all the data it buffered depends on the size of the
                     # loop's reads (the reader pauses itself past 128 KiB); the received
                     # bytes and the reader's final exception are still compared.
-                    if not self.ends[1 - end].aborted:
+                    if not self._reset(1 - end):
                         self.trace.append((end, "final read", *_err(exc)))
-        for e in self.ends:
+        for end, e in enumerate(self.ends):
             if not e.closed:
-                e.transport.close() if e.writer is None else e.writer.close()
-                e.closed = True
+                self.close(end)
             await self.settle()
         for end, e in enumerate(self.ends):
             if e.writer is not None:
@@ -457,8 +477,10 @@ class Run:
             got = bytes(e.proto.received) if e.proto is not None else bytes(e.read)
             peer = self.ends[1 - end]
             sent = _data(1 - end, 0, peer.written)
-            if peer.aborted and sent[: len(got)] == got:
-                # how much an aborted writer still had buffered is not promised
+            if self._reset(1 - end) and sent[: len(got)] == got:
+                # How much of the stream gets through a reset is not promised: an aborted
+                # writer drops what it still buffers, and the reset drops what the
+                # kernel had not yet handed to the reader.
                 self.trace.append((end, "received prefix of", peer.written))
             else:
                 self.trace.append((end, "received", _digest(got), got == sent))
