@@ -165,7 +165,6 @@ SUITES: dict[str, dict] = {
             "tests/asyncio/test_server.py",
             "tests/asyncio/test_connection.py",
             "tests/legacy/test_client_server.py",
-            "tests/legacy/test_protocol.py",
         ],
     },
 }
