@@ -124,6 +124,7 @@ class Rec(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.run.ends[self.end].lost = True
+        self.run.ends[self.end].failed = exc is not None
         self.run.event(self.end, ("lost", None if exc is None else _err(exc)))
         if self.drained is not None and not self.drained.done():
             self.drained.set_result(None)
@@ -152,6 +153,7 @@ class End:
         self.paused = False  # pause_reading() by the program
         self.eof_sent = False  # write_eof() or close()/abort() asked
         self.aborted = False
+        self.failed = False  # connection_lost with an exception (protocols)
         self.writelines = False  # writelines() was called with data
         self.closed = False
         self.eof = False  # eof_received (protocols)
@@ -477,10 +479,12 @@ class Run:
             got = bytes(e.proto.received) if e.proto is not None else bytes(e.read)
             peer = self.ends[1 - end]
             sent = _data(1 - end, 0, peer.written)
-            if self._reset(1 - end) and sent[: len(got)] == got:
+            failed = e.failed if e.reader is None else e.reader.exception() is not None
+            if (self._reset(1 - end) or failed) and sent[: len(got)] == got:
                 # How much of the stream gets through a reset is not promised: an aborted
-                # writer drops what it still buffers, and the reset drops what the
-                # kernel had not yet handed to the reader.
+                # writer drops what it still buffers, the reset drops what the kernel had
+                # not yet handed to the reader, and an end whose write failed stops
+                # reading where it was.
                 self.trace.append((end, "received prefix of", peer.written))
             else:
                 self.trace.append((end, "received", _digest(got), got == sent))
@@ -679,6 +683,14 @@ def test_programs_reach_every_outcome():
         # comes after it), rsloop made one per item and the second failed
         ("tcp", "proto", (False, True), (("close", 0), ("writelines", 1, (65537, 1)))),
         ("tcp", "proto", (False, False), (("pause", 0), ("close", 1), ("writelines", 0, (1, 1)))),
+        # poll dispatched an fd's writer before its reader when both were ready: end 0's
+        # write failed on the closed peer before it read the data that had arrived
+        (
+            "pair",
+            "stream",
+            (False, False),
+            (("writelines", 1, (1 << 20,)), ("pause", 0), ("close", 1), ("write", 0, 1 << 20)),
+        ),
     ],
 )
 def test_found_differences_stay_fixed(kind, program):
