@@ -326,15 +326,17 @@ class Run:
                     parts.append(_data(end, off, n))
                     off += n
                 e.writelines = e.writelines or (name == "writelines" and bool(parts))
-                if not t.is_closing():
+                # A closing transport still sends what is written while close() waits to
+                # flush; once the connection is lost (asyncio's _conn_lost, which rsloop
+                # keeps too), writes are dropped.
+                if not (t._conn_lost or self._lost(end)):
                     self.write(end, name, parts)
                     e.written = off
                 elif any(parts):
-                    # Dropped, as every loop drops a write to a closing transport, except
-                    # that CPython 3.12/3.13 raise AttributeError or TypeError from inside
-                    # the transport once it is closed (it uses the _sock, _loop or
-                    # _write_ready it cleared; docs/compatibility.md).
-                    self.trace.append((end, name, "on a closing transport"))
+                    # Dropped, except that CPython 3.12/3.13 raise AttributeError or
+                    # TypeError from inside the transport once it is closed (it uses the
+                    # _sock, _loop or _write_ready it cleared; docs/compatibility.md).
+                    self.trace.append((end, name, "on a closed transport"))
                     try:
                         self.write(end, name, parts)
                     except (AttributeError, TypeError):
@@ -491,7 +493,8 @@ class Run:
             peer = self.ends[1 - end]
             sent = _data(1 - end, 0, peer.written)
             failed = e.failed if e.reader is None else e.reader.exception() is not None
-            if (self._reset(1 - end) or failed) and sent[: len(got)] == got:
+            reset = self._reset(0) or self._reset(1)  # a reset cuts both directions
+            if (reset or failed) and sent[: len(got)] == got:
                 # How much of the stream gets through a reset is not promised: an aborted
                 # writer drops what it still buffers, the reset drops what the kernel had
                 # not yet handed to the reader, and an end whose write failed stops
