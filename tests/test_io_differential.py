@@ -329,7 +329,17 @@ class Run:
                 # A closing transport still sends what is written while close() waits to
                 # flush; once the connection is lost (asyncio's _conn_lost, which rsloop
                 # keeps too), writes are dropped.
-                if not (t._conn_lost or self._lost(end)):
+                if t.is_closing() and name == "writelines" and any(parts) and not t._conn_lost:
+                    # Sent while close() flushes; CPython 3.12/3.13 then raise TypeError
+                    # when that send finishes the close inside writelines() (the
+                    # transport's cleared _write_ready; docs/compatibility.md).
+                    self.trace.append((end, name, "on a closing transport"))
+                    try:
+                        self.write(end, name, parts)
+                    except (AttributeError, TypeError):
+                        pass
+                    e.written = off
+                elif not (t._conn_lost or self._lost(end)):
                     self.write(end, name, parts)
                     e.written = off
                 elif any(parts):
