@@ -33,11 +33,12 @@ compared), what each read returned, ``is_closing()`` after each settle and the w
 buffer size after a drain that finished. Exception-handler calls are recorded by
 exception type.
 
-What is normalised, because asyncio does not promise it: chunking of received data,
-how often ``pause_writing`` fires, and after a reset, how much of the data the aborted
-end had written got through (``abort()`` discards "buffered data", and what is still
-buffered rather than in the kernel depends on how much the kernel took): there the
-receiver's bytes must be a prefix of what was written, with the exact amount left out.
+What is normalised, because asyncio does not promise it (docs/compatibility.md,
+"Differential I/O tests", has the list): chunking of received data; how often
+``pause_writing`` fires; after a reset (``abort()``, or ``close()`` with data unread) or a
+failed write, how much of each direction got through, which must be a prefix of what was
+written; ``EPIPE`` against ``ECONNRESET``; and the CPython 3.12/3.13 transport bugs on
+writes to a closed transport, where rsloop drops the data as ``write()`` does.
 """
 
 from __future__ import annotations
