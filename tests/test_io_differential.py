@@ -459,10 +459,13 @@ class Run:
 
     async def finish(self) -> None:
         # Let every end read what is left, then close both and wait for the ends.
+        # One end at a time: two fds ready in one iteration may be served in either
+        # order (the kernel's), and the trace interleaves both ends' callbacks.
         for e in self.ends:
             if e.paused and not e.closed:
                 e.transport.resume_reading()
                 e.paused = False
+                await self.settle(record=False)
         await self.settle()
         for end, e in enumerate(self.ends):
             if e.reader is not None and not e.closed:
