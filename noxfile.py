@@ -82,7 +82,11 @@ def tests(session: nox.Session) -> None:
     _pytest(session, "tests", "-x", env={"PYTHONASYNCIODEBUG": "1"})
     # The other io_uring paths: the transport and lifetime (loops moved between threads)
     # tests on uring with the opt-in multishot receive, and with sends inside write().
-    transports = ["tests/test_transports.py", "tests/test_streams.py"]
+    transports = [
+        "tests/test_transports.py",
+        "tests/test_streams.py",
+        "tests/test_io_differential.py",
+    ]
     multishot = {"RSLOOP_URING_RECV": "multishot", "RSLOOP_TEST_BACKENDS": "uring"}
     _pytest(session, *transports, "tests/test_servers.py", "tests/test_lifetimes.py", env=multishot)
     _pytest(session, *transports, env={"RSLOOP_URING_SEND": "0", "RSLOOP_TEST_BACKENDS": "uring"})
@@ -661,8 +665,9 @@ def _load_upstream_suites() -> dict:
 
 @nox.session(python="3.12")
 def upstream(session: nox.Session) -> None:
-    """aiohttp, uvicorn, httpx and AnyIO's own test suites (from their sdists,
-    at the versions tests/upstream/suites.py pins) on stdlib asyncio and on rsloop's uring
+    """aiohttp, uvicorn, httpx and AnyIO's own test suites (from their sdists) and
+    websockets' (its tagged source from Debian's archive), at the versions
+    tests/upstream/suites.py pins, on stdlib asyncio and on rsloop's uring
     and poll drivers, held to tests/upstream/expected.toml. `-- --subset` runs the
     loop-heavy files only (CI); the full run writes its table into docs/compatibility.md.
     Other arguments go to tests/upstream/run.py (--lib, --loop)."""
@@ -677,6 +682,12 @@ def upstream(session: nox.Session) -> None:
     for name in chosen:
         spec = suites[name]
         tarball = sdist / f"{name}-{spec['version']}.tar.gz"
+        if "debian" in spec:
+            # the tagged source from Debian's archive; run from its tree, not installed
+            if not tarball.exists():
+                _fetch_debian_source(session, spec["debian"], tarball)
+            deps += spec["deps"]
+            continue
         if not tarball.exists():
             session.run("python", "-m", "pip", "download", "-q", "--no-binary", ":all:",
                         "--no-deps", "-d", str(sdist), f"{name}=={spec['version']}")  # fmt: skip
@@ -690,6 +701,30 @@ def upstream(session: nox.Session) -> None:
     if "--subset" not in args and "--loop" not in args:
         args += ["--write-docs", str(ROOT / "docs" / "compatibility.md")]
     session.run("python", str(ROOT / "tests/upstream/run.py"), "--work", str(work), *args)
+
+
+DEBIAN_POOL = "https://deb.debian.org/debian/pool/main"
+
+
+def _fetch_debian_source(session: nox.Session, deb: dict, dest: Path) -> None:
+    """Downloads a Debian source package's upstream tarball (``.orig.tar.gz``) from the
+    archive's pool into ``dest`` and checks it against the SHA-256 pinned in
+    tests/upstream/suites.py (the one Debian's ``Sources`` index gives)."""
+    import hashlib
+    import urllib.request
+
+    pkg = deb["package"]
+    prefix = pkg[:4] if pkg.startswith("lib") else pkg[0]
+    url = f"{DEBIAN_POOL}/{prefix}/{pkg}/{deb['file']}"
+    session.log(f"fetching {url}")
+    with urllib.request.urlopen(url, timeout=120) as resp:
+        data = resp.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != deb["sha256"]:
+        session.error(f"{url}: sha256 {digest}, expected {deb['sha256']}")
+    tmp = dest.with_suffix(".part")
+    tmp.write_bytes(data)
+    tmp.replace(dest)
 
 
 SERVICE_DEPS = [
