@@ -10,6 +10,7 @@ import glob
 import os
 import shutil
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -80,7 +81,11 @@ def tests(session: nox.Session) -> None:
     # Once more in asyncio debug mode, as uvloop does.
     _pytest(session, "tests", "-x", env={"PYTHONASYNCIODEBUG": "1"})
     # The other io_uring path: the transport tests on uring with sends inside write().
-    transports = ["tests/test_transports.py", "tests/test_streams.py"]
+    transports = [
+        "tests/test_transports.py",
+        "tests/test_streams.py",
+        "tests/test_io_differential.py",
+    ]
     _pytest(session, *transports, env={"RSLOOP_URING_SEND": "0", "RSLOOP_TEST_BACKENDS": "uring"})
     # The stream tests with rsloop's fast streams off, and with asyncio's classes rebound.
     streams = ["tests/test_streams.py", "tests/test_fast_streams.py"]
@@ -592,26 +597,54 @@ def asan(session: nox.Session) -> None:
     session.run("python", runner, "--backend", "uring", "--backend", "poll", *modules, env=env)
 
 
-FUZZ_TARGETS = ["sockaddr", "ip_text"]
+FUZZ_TARGETS = ["sockaddr", "ip_text", "streams", "fastcall", "datagram"]
+# These embed an interpreter (rust/fuzz/fuzz_targets/embed/): they link libpython and run
+# the checkout's rsloop package on the extension built into the target.
+FUZZ_EMBEDDED = {"streams", "fastcall", "datagram"}
+# Seconds per target for `-- ci`: replays the checked-in corpus and fuzzes a little.
+FUZZ_CI_SECONDS = "15"
 
 
 @nox.session(python=False)
 def fuzz(session: nox.Session) -> None:
-    """cargo-fuzz (nightly, libFuzzer + ASan) on the native parsers, each target for N
-    seconds (`-- N`, default 60) from its checked-in corpus in rust/fuzz/corpus/, which
-    it replays first: a crash input copied there is a regression test from then on."""
-    seconds = session.posargs[0] if session.posargs else "60"
+    """cargo-fuzz (nightly, libFuzzer + ASan) on the native surfaces, each target for N
+    seconds (`-- N`, default 60; `-- ci`: 15) from its checked-in corpus in
+    rust/fuzz/corpus/, which it replays first: a crash input copied there is a regression
+    test from then on. Target names after the seconds run only those."""
+    args = list(session.posargs)
+    seconds = "60"
+    if args and args[0] == "ci":
+        seconds = FUZZ_CI_SECONDS
+        args = args[1:]
+    elif args and args[0].isdigit():
+        seconds = args.pop(0)
+    targets = args or FUZZ_TARGETS
+    unknown = sorted(set(targets) - set(FUZZ_TARGETS))
+    if unknown:
+        session.error(f"unknown fuzz targets {unknown}; known: {FUZZ_TARGETS}")
     if shutil.which("cargo-fuzz") is None:
         session.run("cargo", "install", "cargo-fuzz", "--locked", external=True)
-    env = {"RUSTUP_TOOLCHAIN": "nightly"}
+    env = {
+        "RUSTUP_TOOLCHAIN": "nightly",
+        # For the embedded targets: this interpreter's libpython at link and run time, its
+        # standard library (the binary is not under its prefix), and no leak report at
+        # exit (CPython frees little at exit by design; Rust-side leaks are not checked).
+        "PYO3_PYTHON": sys.executable,
+        "LD_LIBRARY_PATH": os.pathsep.join(
+            [sysconfig.get_config_var("LIBDIR") or "", os.environ.get("LD_LIBRARY_PATH", "")]
+        ),
+        "PYTHONHOME": sys.base_prefix,
+        "ASAN_OPTIONS": "detect_leaks=0",
+    }
     work = Path(session.create_tmp()).resolve() / "fuzz-corpus"
     with session.chdir(ROOT / "rust" / "fuzz"):
-        for target in FUZZ_TARGETS:
+        for target in targets:
             # New inputs go to a scratch corpus; the checked-in one is only read.
             (work / target).mkdir(parents=True, exist_ok=True)
+            extra = ["-detect_leaks=0"] if target in FUZZ_EMBEDDED else []
             session.run(
                 "cargo", "fuzz", "run", "-O", target, str(work / target), f"corpus/{target}",
-                "--", f"-max_total_time={seconds}", external=True, env=env,
+                "--", f"-max_total_time={seconds}", *extra, external=True, env=env,
             )  # fmt: skip
 
 
@@ -629,8 +662,9 @@ def _load_upstream_suites() -> dict:
 
 @nox.session(python="3.12")
 def upstream(session: nox.Session) -> None:
-    """aiohttp, uvicorn, httpx and AnyIO's own test suites (from their sdists,
-    at the versions tests/upstream/suites.py pins) on stdlib asyncio and on rsloop's uring
+    """aiohttp, uvicorn, httpx and AnyIO's own test suites (from their sdists) and
+    websockets' (its tagged source from Debian's archive), at the versions
+    tests/upstream/suites.py pins, on stdlib asyncio and on rsloop's uring
     and poll drivers, held to tests/upstream/expected.toml. `-- --subset` runs the
     loop-heavy files only (CI); the full run writes its table into docs/compatibility.md.
     Other arguments go to tests/upstream/run.py (--lib, --loop)."""
@@ -645,6 +679,12 @@ def upstream(session: nox.Session) -> None:
     for name in chosen:
         spec = suites[name]
         tarball = sdist / f"{name}-{spec['version']}.tar.gz"
+        if "debian" in spec:
+            # the tagged source from Debian's archive; run from its tree, not installed
+            if not tarball.exists():
+                _fetch_debian_source(session, spec["debian"], tarball)
+            deps += spec["deps"]
+            continue
         if not tarball.exists():
             session.run("python", "-m", "pip", "download", "-q", "--no-binary", ":all:",
                         "--no-deps", "-d", str(sdist), f"{name}=={spec['version']}")  # fmt: skip
@@ -658,6 +698,30 @@ def upstream(session: nox.Session) -> None:
     if "--subset" not in args and "--loop" not in args:
         args += ["--write-docs", str(ROOT / "docs" / "compatibility.md")]
     session.run("python", str(ROOT / "tests/upstream/run.py"), "--work", str(work), *args)
+
+
+DEBIAN_POOL = "https://deb.debian.org/debian/pool/main"
+
+
+def _fetch_debian_source(session: nox.Session, deb: dict, dest: Path) -> None:
+    """Downloads a Debian source package's upstream tarball (``.orig.tar.gz``) from the
+    archive's pool into ``dest`` and checks it against the SHA-256 pinned in
+    tests/upstream/suites.py (the one Debian's ``Sources`` index gives)."""
+    import hashlib
+    import urllib.request
+
+    pkg = deb["package"]
+    prefix = pkg[:4] if pkg.startswith("lib") else pkg[0]
+    url = f"{DEBIAN_POOL}/{prefix}/{pkg}/{deb['file']}"
+    session.log(f"fetching {url}")
+    with urllib.request.urlopen(url, timeout=120) as resp:
+        data = resp.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != deb["sha256"]:
+        session.error(f"{url}: sha256 {digest}, expected {deb['sha256']}")
+    tmp = dest.with_suffix(".part")
+    tmp.write_bytes(data)
+    tmp.replace(dest)
 
 
 SERVICE_DEPS = [

@@ -827,3 +827,77 @@ def test_address_forms_as_asyncio(loop, handler_log, family, form):
     finally:
         ref_loop.close()
     assert _outcome(loop, family, addr_of) == ref
+
+
+# ----- a socket closed under its transport ----------------------------------------------
+
+
+def named_pair(tag: str) -> tuple[socket.socket, socket.socket]:
+    """Two AF_UNIX datagram sockets bound to abstract names and connected to each other
+    (asyncio sends with `send` only to a socket whose peer has a name)."""
+    ends = [socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(2)]
+    for i, end in enumerate(ends):
+        end.bind(b"\0rsloop-test-%d-%s-%d" % (os.getpid(), tag.encode(), i))
+    ends[0].connect(ends[1].getsockname())
+    ends[1].connect(ends[0].getsockname())
+    return ends[0], ends[1]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="abstract AF_UNIX names")
+def test_socket_closed_under_a_queued_transport_never_reaches_the_fd_reused(loop, handler_log):
+    """Found by the `datagram` fuzz target: a transport whose socket the program closes
+    while datagrams wait in its queue must not send them into the next socket that gets
+    the same fd number. asyncio sends through the socket object (closed: EBADF, for
+    error_received); rsloop sent on the raw fd, so a new transport on a reused fd, whose
+    registration re-armed the old transport's write watch, carried the old transport's
+    datagrams to an unrelated peer."""
+    first, first_peer = named_pair(f"first-{id(loop)}")
+    first.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    first.setblocking(False)
+    old_transport, old_protocol = run(loop, endpoint(loop, sock=first))
+    # The peer never reads: the kernel pushes back and the rest queues.
+    for i in range(40):
+        old_transport.sendto(bytes([i]) * 4000)
+        if old_transport.get_write_buffer_size():
+            break
+    assert old_transport.get_write_buffer_size() > 0
+    old_transport.close()  # closing: waits for the queue
+    old_fd = first.fileno()
+    first.close()  # the socket goes away under the transport; its fd number is free
+
+    second, second_peer = named_pair(f"second-{id(loop)}")
+    if second.fileno() != old_fd:  # take the old number, whatever else the process holds
+        os.dup2(second.fileno(), old_fd)
+        second.close()
+        second = socket.socket(fileno=old_fd)
+    second.setblocking(False)
+    second_peer.setblocking(False)
+    try:
+        new_transport, new_protocol = run(loop, endpoint(loop, sock=second))
+        run(loop, spin(20))
+        stale = []
+        while True:
+            try:
+                stale.append(second_peer.recv(1 << 16))
+            except BlockingIOError:
+                break
+        assert stale == []
+        # What the old transport could not send is the old protocol's error, if anything.
+        assert all(isinstance(e, OSError) for e in old_protocol.errors)
+        new_transport.sendto(b"fresh")
+        run(loop, spin(5))
+        assert second_peer.recv(100) == b"fresh"
+    finally:
+        old_transport.abort()
+        new_transport.abort()
+        run(loop, spin(5))
+        # asyncio's selector still holds the dead registration of the old fd number, and
+        # modifying it for the new transport's reader fails (ENOENT, to the handler).
+        calls = handler_log.take()
+        if is_rsloop_native(loop):
+            assert calls == []
+        else:
+            assert all(isinstance(c.get("exception"), FileNotFoundError) for c in calls), calls
+        second.close()
+        second_peer.close()
+        first_peer.close()

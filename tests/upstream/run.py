@@ -5,8 +5,10 @@ and hold the outcome to tests/upstream/expected.toml.
                                  [--write-docs docs/compatibility.md]
 
 DIR/sdist holds the sdists the ``upstream`` nox session downloaded (and installed the
-packages from); they are unpacked into DIR/src. Each suite runs once per loop in a fresh
-``python -P -m pytest`` with tests/upstream/rsloop_upstream_plugin.py loaded, niced.
+packages from), and websockets' tagged source from Debian (saved there under the same
+``NAME-VERSION.tar.gz`` name); they are unpacked into DIR/src. Each suite runs once per
+loop in a fresh ``python -P -m pytest`` with tests/upstream/rsloop_upstream_plugin.py
+loaded, niced.
 
 Strict: the run fails if a test fails (or errors) on a loop where expected.toml does not
 list it, if a listed test passes there (remove the entry), if a test that passes on
@@ -64,7 +66,10 @@ def run_suite(work: Path, lib: str, loop: str, subset: bool, timeout: float, reu
     env.pop("PYTHONASYNCIODEBUG", None)
     env["RSLOOP_UPSTREAM_LOOP"] = loop
     env["RSLOOP_UPSTREAM_RESULTS"] = str(out)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    # A suite run from its own source tree (``pythonpath``, websockets) imports the
+    # package from there, ahead of any installed copy.
+    own = str(src / spec["pythonpath"]) if spec.get("pythonpath") else None
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [own, str(HERE), env.get("PYTHONPATH")]))
     if loop == "asyncio":
         env.pop("RSLOOP_BACKEND", None)
     else:

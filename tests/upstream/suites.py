@@ -9,12 +9,19 @@ websockets, streaming, timeouts), with ``subset_args`` added. ``args`` are pytes
 the suite needs here (its own ``addopts`` run 8 xdist workers or select markers; the
 marker selections are the project's CI defaults).
 
-websockets is not here: its sdists from 17.0 on prune ``tests/`` entirely, and the 16.0
-sdist keeps only the top-level sans-I/O test files without the ``tests/utils.py`` and
-``tests/extensions/`` they import, so only seven parsing-only files import at all, none
-of which makes a loop; ``tests/asyncio`` and ``tests/legacy`` are in no sdist. Its
-asyncio client still runs on rsloop here, in uvicorn's websocket protocol tests (they
-connect with ``websockets``), and in the main suite's tests/test_ecosystem.py.
+websockets' sdists carry no loop tests (17.0 on prune ``tests/``; 16.0's keeps only
+seven sans-I/O files, without the ``tests/utils.py`` they import), so its suite comes from
+the tagged source Debian packages: the ``.orig.tar.gz`` of Debian's ``python-websockets``
+source package, fetched from the Debian archive's pool by the ``upstream`` nox session and
+checked against the SHA-256 Debian's ``Sources`` index gives for it (``debian`` below).
+Debian carries 15.0.1 (trixie) and 17.1 (sid), not the 16.0 the other suites' environment
+pins (tests/upstream/constraints.txt, for uvicorn's websocket tests); only trixie's file is
+served by the archive mirror this was built against, so the suite is 15.0.1's, run from its
+own source tree (``pythonpath``: ``src`` goes first on ``PYTHONPATH``, so the tests import
+the 15.0.1 package they were written for, without its optional C speedups) while 16.0
+stays installed for uvicorn. Its timing tests keep their release default (100 times the
+developers' timings, for build farms): at 10 times, five of them failed on asyncio itself
+at a load average of 9 here.
 """
 
 from __future__ import annotations
@@ -137,6 +144,27 @@ SUITES: dict[str, dict] = {
             "tests/streams/test_tls.py",
             "tests/test_from_thread.py::TestBlockingPortalProvider",
             "tests/test_to_thread.py::TestBlockingPortalProvider",
+        ],
+    },
+    "websockets": {
+        "version": "15.0.1",
+        "debian": {
+            "package": "python-websockets",
+            "file": "python-websockets_15.0.1.orig.tar.gz",
+            # Debian trixie's Sources index, Checksums-Sha256
+            "sha256": "8451495265af3e368f794c4dc15c99ce90c771d95560f542bff8c64b5455af3b",
+        },
+        "pythonpath": "src",
+        # tox.ini's deps, less mitmproxy (the proxy tests skip themselves without it)
+        "deps": ["werkzeug", "python-socks[asyncio]"],
+        # websockets has no pytest configuration: its own pyproject.toml (no pytest table)
+        # keeps pytest from taking a configuration from a directory above the tree
+        "args": ["-p", "no:cacheprovider", "-c", "pyproject.toml"],
+        "subset": [
+            "tests/asyncio/test_client.py",
+            "tests/asyncio/test_server.py",
+            "tests/asyncio/test_connection.py",
+            "tests/legacy/test_client_server.py",
         ],
     },
 }

@@ -341,6 +341,31 @@ impl DatagramCore {
         }
     }
 
+    /// Whether the Python socket no longer holds `fd` (closed or detached under the
+    /// transport): the number may already name another socket, and a native send on it
+    /// would reach that socket's peer (a closing transport's queue, sent when a new
+    /// transport on the reused number re-arms the write watch; found by the `datagram`
+    /// fuzz target). asyncio's sends go through the socket object (closed: `EBADF`, for
+    /// `error_received`); ours then do too. Reads need no check: asyncio refuses a second
+    /// transport on an fd whose transport is not closing, and closing stops reading.
+    /// Asked only of a closing transport (its queue is what outlives the socket), so an
+    /// open transport's sends make no Python call.
+    fn detached(&self, py: Python<'_>) -> bool {
+        let sock = self.state.with(py, |s| {
+            s.base
+                .closing
+                .then(|| s.sock.as_ref().map(|x| x.clone_ref(py)))
+                .flatten()
+        });
+        let Some(sock) = sock else {
+            return false; // gone after connection_lost: `sock_call` raises as asyncio
+        };
+        sock.bind(py)
+            .call_method0(intern!(py, "fileno"))
+            .and_then(|f| f.extract::<i32>())
+            .map_or(true, |f| f != self.fd)
+    }
+
     /// One send of `data` to `dest`; `addr` is the address object asyncio would pass.
     /// `foreign`: send this object through the Python socket instead (a buffer we cannot
     /// read, or no socket any more).
@@ -364,6 +389,9 @@ impl DatagramCore {
         };
         if let Some(obj) = foreign {
             return through_python(obj.clone());
+        }
+        if self.detached(py) {
+            return through_python(PyBytes::new(py, data).into_any());
         }
         match dest {
             Dest::Peer => Ok(native_result(sock::send(self.fd, data))),

@@ -172,17 +172,22 @@ impl Sources {
             return;
         };
         let before = out.len();
-        state.ops.retain(|op| {
-            let hit = op.interest.bits() & ready.bits();
-            if hit == 0 {
-                return true;
-            }
-            out.push(Completion {
-                token: op.token,
-                result: i32::from(hit),
+        // Readers first, then writers, whatever order they were armed in: asyncio's
+        // selector loop queues an fd's reader before its writer, so data that arrived
+        // with a reset is read before a write sees the error.
+        for readers in [true, false] {
+            state.ops.retain(|op| {
+                let hit = op.interest.bits() & ready.bits();
+                if hit == 0 || op.interest.is_readable() != readers {
+                    return true;
+                }
+                out.push(Completion {
+                    token: op.token,
+                    result: i32::from(hit),
+                });
+                false
             });
-            false
-        });
+        }
         if out.len() != before {
             for c in &out[before..] {
                 self.tokens.remove(&c.token);

@@ -109,7 +109,20 @@ pub struct UringDriver {
     multi: Vec<MultiCompletion>,
     /// The kernel takes multishot accepts (Linux 5.19).
     accept_multi: bool,
+    /// Zero-timeout waits in a row that made no syscall (see `QUIET_WAITS_MAX`).
+    quiet_waits: u32,
 }
+
+/// A busy loop (ready callbacks every iteration, so every wait has a zero timeout) enters
+/// the kernel at least once per this many waits, even when the ring's `TASKRUN` flag shows
+/// no pending work. The core asks for a wait only while something is in flight (a call_soon
+/// chain with nothing in flight never reaches the driver). With `COOP_TASKRUN` a completion can wait
+/// for the loop thread's next entry, and the flag was seen clear while one did: a send
+/// waiting for room learnt that the peer had closed only after hundreds to thousands of
+/// iterations (tests/test_io_differential.py found it). One `io_uring_enter` per 16 busy
+/// iterations bounds that, at the cost of a syscall every 16 iterations to a busy loop
+/// whose waits submit nothing; a wait that submits or may block enters anyway.
+const QUIET_WAITS_MAX: u32 = 16;
 
 impl UringDriver {
     /// Creates a small ring (retrying smaller on ENOMEM), probes the opcodes it needs and
@@ -131,6 +144,7 @@ impl UringDriver {
         Ok(UringDriver {
             multi: Vec::new(),
             accept_multi: features.accept_multi,
+            quiet_waits: 0,
             ring: ManuallyDrop::new(ring),
             wake_fd,
             wake_buf: WakeBuf(NonNull::from(Box::leak(Box::new(0u64)))),
@@ -223,7 +237,12 @@ impl UringDriver {
             (!sq.is_empty(), sq.cq_overflow() || sq.taskrun())
         };
         let blocking = timeout != Some(Duration::ZERO);
-        if blocking || queued || flush {
+        let overdue = !(blocking || queued || flush) && {
+            self.quiet_waits += 1;
+            self.quiet_waits >= QUIET_WAITS_MAX
+        };
+        if blocking || queued || flush || overdue {
+            self.quiet_waits = 0;
             // The waker is needed only by a wait that can block; arming it costs nothing
             // when we enter anyway.
             if !self.wake_armed {

@@ -24,6 +24,7 @@ use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 use pyo3::PyTraverseError;
 
 use super::common::{is_exit, requested_limits, would_block, Base, TransportCore, WriteBuffer};
@@ -321,11 +322,26 @@ impl StreamCore {
                 "unable to writelines; sendfile is in progress",
             ));
         }
-        // Queue everything, then one vectored flush: as asyncio 3.12+ does with sendmsg.
-        for item in list_of_data.try_iter()? {
-            Self::write(slf, &item?)?;
+        // One write of the whole list, as asyncio makes one send of it (3.10/3.11 join the
+        // items and call write(); 3.12+ hand them all to one sendmsg). Item by item, a
+        // reset arriving between two sends failed a writelines() that asyncio completes.
+        let items = list_of_data.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+        if items.len() < 2 {
+            for item in &items {
+                Self::write(slf, item)?;
+            }
+            return Ok(());
         }
-        Ok(())
+        for item in &items {
+            if !(item.is_instance_of::<PyBytes>()
+                || item.is_instance_of::<PyByteArray>()
+                || item.is_instance_of::<PyMemoryView>())
+            {
+                return Self::write(slf, item); // write()'s TypeError
+            }
+        }
+        let joined = PyBytes::new(py, b"").call_method1(intern!(py, "join"), (items,))?;
+        Self::write(slf, &joined)
     }
 
     /// The fd is writable: one vectored send of the queue.
