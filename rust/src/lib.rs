@@ -27,12 +27,5 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[pymodule(gil_used = true)]
 fn _rsloop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("BUILD_URING", cfg!(uring))?;
-    // The code paths macOS/BSD run, in place of Linux-only ones (the "portable" feature on
-    // Linux; always true elsewhere). The Python package follows it (rsloop/_backend.py).
-    m.add(
-        "BUILD_PORTABLE",
-        cfg!(any(not(target_os = "linux"), feature = "portable")),
-    )?;
     py::register(m)
 }

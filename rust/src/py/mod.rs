@@ -16,6 +16,15 @@ use pyo3::prelude::*;
 /// up they need: from a loop object to its core (the transports are made with the loop),
 /// and a stream transport's chunks straight into the fast stream reader.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // What this build compiled, for the Python package (rsloop/_backend.py): here, so that
+    // an interpreter embedding the crate (the fuzz targets) gets the same module.
+    m.add("BUILD_URING", cfg!(uring))?;
+    // The code paths macOS/BSD run, in place of Linux-only ones (the "portable" feature on
+    // Linux; always true elsewhere).
+    m.add(
+        "BUILD_PORTABLE",
+        cfg!(any(not(target_os = "linux"), feature = "portable")),
+    )?;
     crate::core::handle::set_core_of(loop_::Loop::core_of);
     #[cfg(unix)]
     crate::transports::stream::set_feed_hook(streams::feed_from_protocol);

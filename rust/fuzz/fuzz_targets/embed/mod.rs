@@ -31,8 +31,6 @@ fn load(name: &str, setup: fn(Python<'_>)) -> Py<PyAny> {
         // What `#[pymodule] fn _rsloop` does, under the name the package imports.
         let m = PyModule::new(py, "rsloop._rsloop").expect("module");
         m.add("__version__", "fuzz").expect("version");
-        m.add("BUILD_URING", cfg!(target_os = "linux"))
-            .expect("flag");
         _rsloop::py::register(&m).expect("register the native module");
         sys.getattr("modules")
             .and_then(|mods| mods.set_item("rsloop._rsloop", &m))
