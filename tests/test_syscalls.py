@@ -78,3 +78,56 @@ def test_futures_and_tasks_on_the_loops_thread_make_no_getpid_call(tmp_path, bac
             calls = int(cols[3])
     # Start-up and shutdown make a handful; one per future or task would be 4,000.
     assert calls < 100, f"{calls} getpid() calls for {N} futures and {N} tasks"
+
+
+def test_a_round_trip_on_one_loop_enters_io_uring_once_per_half():
+    """Both ends of a TCP connection on one loop, 1 KiB each way (the older PyPI rsloop's
+    tcp_streams workload): each half is one ``io_uring_enter`` that submits the send and
+    the watcher's re-arm together and waits. Before the busy wait kept re-arms back, each
+    half was two: a zero wait to re-arm, then the send and the wait."""
+    import asyncio
+
+    from conftest import make_loop
+
+    rounds = 1000
+    msg = b"x" * 1024
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        async def serve(reader, writer):
+            try:
+                while True:
+                    writer.write(await reader.readexactly(len(msg)))
+                    await writer.drain()
+            except asyncio.IncompleteReadError:
+                pass
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", server.sockets[0].getsockname()[1]
+        )
+        for _ in range(20):
+            writer.write(msg)
+            await writer.drain()
+            await reader.readexactly(len(msg))
+        before = loop.stats()["kernel_enters"]
+        for _ in range(rounds):
+            writer.write(msg)
+            await writer.drain()
+            assert await reader.readexactly(len(msg)) == msg
+        enters = loop.stats()["kernel_enters"] - before
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return enters
+
+    loop = make_loop("uring")
+    try:
+        enters = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    # Two halves per round trip; a few more for the busy loop's periodic entry.
+    assert enters <= 2.1 * rounds, f"{enters / rounds:.2f} io_uring_enter calls per round trip"
