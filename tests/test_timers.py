@@ -68,6 +68,30 @@ def test_equal_deadlines_fire_in_asyncio_order(loop):
     assert got == expected
 
 
+def test_many_timers_due_at_once_fire_in_deadline_order(loop):
+    """20,000 timers already due in one iteration, and 2,000 equal deadlines among them:
+    each fires once, in deadline order (rsloop takes so many at once in bulk, where equal
+    deadlines leave in an order of its own: asyncio leaves theirs undefined)."""
+    import random
+
+    rng = random.Random(5)
+    now = loop.time()
+    deadlines = [now - rng.random() * 0.01 for _ in range(18_000)] + [now - 0.005] * 2_000
+    rng.shuffle(deadlines)
+    fired = []
+    for i, when in enumerate(deadlines):
+        loop.call_at(when, fired.append, i)
+    later = [loop.call_at(now + 3600 + i, fired.append, -1) for i in range(5)]
+    run_once(loop)
+    assert len(fired) == len(deadlines)
+    assert sorted(fired) == list(range(len(deadlines)))
+    order = [deadlines[i] for i in fired]
+    assert order == sorted(order)
+    assert scheduled_count(loop) == 5
+    for h in later:
+        h.cancel()
+
+
 def test_timer_fires_no_earlier_than_its_deadline(loop):
     seen = []
     h = loop.call_later(0.02, lambda: seen.append(loop.time()))

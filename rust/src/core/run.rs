@@ -506,17 +506,12 @@ impl LoopCore {
 
     // mirrors _run_once: "Handle 'later' callbacks that are ready."
     fn fire_timers(&self, py: Python<'_>, q: &mut Queues, end_time: f64) {
-        let mut fired = 0;
-        while let Some((when, _)) = q.timers.peek() {
-            if when >= end_time {
-                break;
-            }
-            let Some((_, t)) = q.timers.pop() else { break };
+        let Queues { timers, ready, .. } = q;
+        let fired = timers.pop_due(end_time, |t| {
             t.get().unschedule();
-            q.ready.push_back(t.into_bound(py).into_super().unbind());
-            fired += 1;
-        }
-        self.stats.timers_fired.add(fired);
+            ready.push_back(t.into_bound(py).into_super().unbind());
+        });
+        self.stats.timers_fired.add(fired as u64);
     }
 
     // mirrors _run_once's last block: run exactly what was ready at this point.
