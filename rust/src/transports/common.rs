@@ -4,7 +4,7 @@
 //! resuming the protocol at the water marks, scheduling `connection_lost`),
 //! `set_write_buffer_limits`' rules, asyncio's constants, the receive scratch buffer, the
 //! error tests and the queued-bytes type. Not: what counts as the write-buffer size, how a
-//! core reads, sends or drops its queue (`stream.rs`, `datagram.rs`).
+//! core reads, sends or drops its queue (`stream/`, `datagram/`).
 
 use std::cell::RefCell;
 use std::io;

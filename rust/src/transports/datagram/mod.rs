@@ -14,18 +14,18 @@
 //! Python socket's own `recvfrom`/`send`/`sendto`, so its errors are Python's.
 
 use std::collections::VecDeque;
-use std::io;
 
-use pyo3::exceptions::{
-    PyAttributeError, PyBlockingIOError, PyInterruptedError, PyOSError, PyTypeError, PyValueError,
-};
+use pyo3::exceptions::{PyAttributeError, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
+use pyo3::types::{PyBytes, PyString};
 use pyo3::PyTraverseError;
 
+mod send;
+
+use self::send::{classify, native_result, Dest, Payload, Queued, Sent};
 use super::addrs::AddrCache;
 use super::common::{
     is_exit, requested_limits, with_scratch, would_block, Base, Chunk, TransportCore, WriteBuffer,
@@ -35,7 +35,6 @@ use super::sockaddr;
 use crate::core::handle::LoopHandle;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
-use crate::ffi::buffer::buffer_to_vec;
 use crate::ffi::gil::GilCell;
 use crate::handles::Args;
 use crate::sys::sock;
@@ -49,31 +48,6 @@ const READ_BATCH: usize = 16;
 const READ_ERROR: &str = "Fatal read error on datagram transport";
 
 static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
-/// Where a datagram goes.
-enum Dest {
-    /// The connected peer: `send`.
-    Peer,
-    /// `sendto` this address.
-    Addr(SockAddr),
-    /// Python's `socket.sendto(data, addr)`: a form or family parsed there.
-    Python(Py<PyAny>),
-}
-
-struct Queued {
-    chunk: Chunk,
-    dest: Dest,
-}
-
-/// What one send attempt found.
-enum Sent {
-    Done,
-    WouldBlock,
-    /// An `OSError`: for `protocol.error_received`.
-    Os(PyErr),
-    /// Anything else: a fatal error.
-    Fatal(PyErr),
-}
 
 struct State {
     /// Protocol, Python transport, closing/paused/lost flags, water marks.
@@ -111,82 +85,6 @@ pub struct DatagramCore {
 
 fn native_family(family: i32) -> bool {
     matches!(family, libc::AF_INET | libc::AF_INET6 | libc::AF_UNIX)
-}
-
-/// asyncio's `except` ladder around a socket call made in Python.
-fn classify(py: Python<'_>, e: PyErr) -> PyResult<Sent> {
-    if is_exit(&e, py) {
-        return Err(e);
-    }
-    if e.is_instance_of::<PyBlockingIOError>(py) || e.is_instance_of::<PyInterruptedError>(py) {
-        return Ok(Sent::WouldBlock);
-    }
-    if e.is_instance_of::<PyOSError>(py) {
-        return Ok(Sent::Os(e));
-    }
-    Ok(Sent::Fatal(e))
-}
-
-fn native_result(res: io::Result<usize>) -> Sent {
-    match res {
-        Ok(_) => Sent::Done,
-        Err(e) if would_block(&e) => Sent::WouldBlock,
-        Err(e) => Sent::Os(os_error(&e)),
-    }
-}
-
-/// The data given to `sendto`, checked as asyncio checks it.
-enum Payload<'py> {
-    Bytes(Bound<'py, PyBytes>),
-    /// A copy of a readable buffer.
-    Copied(Vec<u8>),
-    /// A buffer we cannot read as plain bytes: Python's socket call raises for it.
-    Foreign(Bound<'py, PyAny>),
-}
-
-impl<'py> Payload<'py> {
-    fn of(data: &Bound<'py, PyAny>) -> PyResult<Self> {
-        if let Ok(b) = data.cast::<PyBytes>() {
-            return Ok(Payload::Bytes(b.clone()));
-        }
-        if !data.is_instance_of::<PyByteArray>() && !data.is_instance_of::<PyMemoryView>() {
-            return Err(PyTypeError::new_err(format!(
-                "data argument must be a bytes-like object, not {}",
-                data.get_type().name()?.repr()?
-            )));
-        }
-        Ok(match buffer_to_vec(data) {
-            Ok(v) => Payload::Copied(v),
-            Err(_) => Payload::Foreign(data.clone()),
-        })
-    }
-
-    fn is_empty(&self, data: &Bound<'py, PyAny>) -> PyResult<bool> {
-        match self {
-            Payload::Bytes(b) => Ok(b.as_bytes().is_empty()),
-            _ => Ok(!data.is_truthy()?),
-        }
-    }
-
-    /// `len(data)` as asyncio counts it (elements, for a memoryview).
-    fn py_len(&self, data: &Bound<'py, PyAny>) -> PyResult<usize> {
-        match self {
-            Payload::Bytes(b) => Ok(b.as_bytes().len()),
-            _ => data.len(),
-        }
-    }
-
-    /// `bytes(data)`, for the queue.
-    fn into_chunk(self) -> PyResult<Chunk> {
-        Ok(match self {
-            Payload::Bytes(b) => Chunk::Shared(b.unbind()),
-            Payload::Copied(v) => Chunk::Owned(v),
-            Payload::Foreign(obj) => {
-                let b = obj.py().get_type::<PyBytes>().call1((obj,))?;
-                Chunk::Shared(b.cast_into::<PyBytes>()?.unbind())
-            }
-        })
-    }
 }
 
 impl TransportCore for DatagramCore {
