@@ -483,11 +483,13 @@ def test_closing_a_socket_right_after_remove_reader_closes_it(loop):
         c.connect(addr)
 
 
-def test_a_busy_loop_sees_readiness_within_two_iterations(loop, pair):
+def test_a_busy_loop_sees_readiness_in_the_next_iteration(loop, pair):
     """While callbacks keep the loop busy, a byte sent to a watched socket reaches its
-    reader within two iterations (asyncio's selector: the next one). The io_uring driver
-    lets a busy iteration keep a watcher's re-arm back for the next wait, once only: the
-    reader here sends the next byte itself, so every re-arm meets data already there."""
+    reader in the next iteration, as asyncio's selector does, even when the reader ran in
+    the iteration before and sent that byte itself. Code that runs the loop one iteration
+    at a time (``call_soon(loop.stop); run_forever()``) relies on it; a uring driver that
+    let a busy iteration keep a watcher's re-arm for a later wait saw it one iteration
+    late, and the datagram fuzz target's "run until nothing changes" stopped early."""
     a, b = pair
     tick = [0]
     sent_at = []
@@ -514,5 +516,6 @@ def test_a_busy_loop_sees_readiness_within_two_iterations(loop, pair):
     loop.call_soon(step)
     loop.run_forever()
     loop.remove_reader(a.fileno())
+    # The first byte is sent before the first step: it shows up two steps later everywhere.
     assert len(lags) >= 100
-    assert max(lags) <= 2, lags
+    assert max(lags[1:]) <= 1, lags

@@ -118,21 +118,15 @@ impl LoopCore {
         let python_now = self.python_time(loop_obj)?;
         self.flush_transports(py, &mut scratch.dirty);
         // The clock is read outside the cell: on some platforms it calls into Python.
-        let (busy, now_due, next_deadline, polls_in_flight) = self.queues.with(py, |q| {
+        let (now_due, next_deadline, polls_in_flight) = self.queues.with(py, |q| {
             self.drop_cancelled_timers(py, q, scratch);
-            let busy = !q.ready.is_empty();
-            let now_due = busy || self.stopping.load(Ordering::Relaxed);
+            let now_due = !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed);
             let next = q.timers.peek().map(|(when, _)| when);
             q.watchers.take_work(&mut scratch.work);
             q.streams
                 .take_work(&mut scratch.multi_arm, &mut scratch.multi_cancel);
             q.streams.take_sends(&mut scratch.sends);
-            (
-                busy,
-                now_due,
-                next,
-                q.watchers.in_flight() + q.streams.len(),
-            )
+            (now_due, next, q.watchers.in_flight() + q.streams.len())
         });
         // Zero if anything is ready or we are stopping, else until the next timer.
         let mut timeout = if now_due {
@@ -163,7 +157,7 @@ impl LoopCore {
         let waited = if driver_idle {
             false
         } else {
-            self.poll_driver(py, &mut timeout, busy, scratch)?
+            self.poll_driver(py, &mut timeout, scratch)?
         };
         if wait_started.is_some_and(|t0| t0.elapsed().as_secs_f64() >= IDLE_SECS) {
             // The loop sat idle for a second: keep only a small reserve.
@@ -319,13 +313,10 @@ impl LoopCore {
 
     // Hands watcher work to the driver and waits (GIL released only if we may block).
     // Returns whether the wait could block (then signals are checked by the caller).
-    // `busy`: callbacks are ready to run, so a zero wait may leave the driver's readiness
-    // re-arms for a later wait (`Driver::wait_busy`).
     fn poll_driver(
         &self,
         py: Python<'_>,
         timeout: &mut Option<f64>,
-        busy: bool,
         scratch: &mut Scratch,
     ) -> PyResult<bool> {
         let mut slot = lock(&self.driver);
@@ -407,8 +398,6 @@ impl LoopCore {
             self.stats.wait_ns.add(t0.elapsed().as_nanos() as u64);
             self.needs_wake.store(false, Ordering::SeqCst);
             r
-        } else if busy {
-            driver.wait_busy(completions)
         } else {
             driver.wait(wait, completions)
         };

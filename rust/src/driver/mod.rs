@@ -193,18 +193,6 @@ impl Driver {
         }
     }
 
-    /// A zero-timeout [`wait`](Self::wait) for a caller with callbacks ready to run: the
-    /// driver may keep readiness polls it has not handed to the kernel yet for a later wait
-    /// (the io_uring driver does, so a watcher's re-arm goes with the next wait that enters
-    /// anyway, at most a bounded number of busy waits later); everything else is flushed.
-    pub fn wait_busy(&mut self, out: &mut Vec<Completion>) -> io::Result<()> {
-        match self {
-            #[cfg(uring)]
-            Driver::Uring(d) => d.wait_busy(out),
-            Driver::Poll(d) => d.wait(Some(Duration::ZERO), out),
-        }
-    }
-
     /// A waker for other threads.
     pub fn waker(&self) -> Waker {
         match self {

@@ -111,11 +111,6 @@ pub struct UringDriver {
     accept_multi: bool,
     /// Zero-timeout waits in a row that made no syscall (see `QUIET_WAITS_MAX`).
     quiet_waits: u32,
-    /// An SQE other than a readiness poll is queued: it must reach the kernel at the next
-    /// wait (see `wait_busy`).
-    urgent: bool,
-    /// The last busy wait left readiness polls in the SQ; the next wait submits them.
-    held: bool,
 }
 
 /// A busy loop (ready callbacks every iteration, so every wait has a zero timeout) enters
@@ -150,8 +145,6 @@ impl UringDriver {
             multi: Vec::new(),
             accept_multi: features.accept_multi,
             quiet_waits: 0,
-            urgent: false,
-            held: false,
             ring: ManuallyDrop::new(ring),
             wake_fd,
             wake_buf: WakeBuf(NonNull::from(Box::leak(Box::new(0u64)))),
@@ -203,7 +196,6 @@ impl UringDriver {
             self.inflight.complete(user_data);
             return Err(e);
         }
-        self.urgent |= !matches!(kind, Kind::Poll(_));
         self.counters.submissions += 1;
         Ok(())
     }
@@ -228,7 +220,6 @@ impl UringDriver {
             self.inflight.cancel_unsent(target);
             return Err(e);
         }
-        self.urgent = true;
         Ok(())
     }
 
@@ -236,21 +227,6 @@ impl UringDriver {
     /// `io_uring_enter`; then reaps every CQE into `out`. `Some(ZERO)` with nothing queued
     /// makes no syscall at all.
     pub fn wait(&mut self, timeout: Option<Duration>, out: &mut Vec<Completion>) -> io::Result<()> {
-        self.wait_inner(timeout, false, out)
-    }
-
-    /// A zero-timeout [`wait`](Self::wait) that leaves readiness polls alone in the SQ for
-    /// a later wait (see `Driver::wait_busy`).
-    pub fn wait_busy(&mut self, out: &mut Vec<Completion>) -> io::Result<()> {
-        self.wait_inner(Some(Duration::ZERO), true, out)
-    }
-
-    fn wait_inner(
-        &mut self,
-        timeout: Option<Duration>,
-        defer_polls: bool,
-        out: &mut Vec<Completion>,
-    ) -> io::Result<()> {
         let start = out.len();
         let mut timeout = timeout.map(|t| t.min(MAX_WAIT));
         if !self.ring.completion().is_empty() {
@@ -261,23 +237,12 @@ impl UringDriver {
             (!sq.is_empty(), sq.cq_overflow() || sq.taskrun())
         };
         let blocking = timeout != Some(Duration::ZERO);
-        // A busy wait with only readiness polls queued (the re-arms of watchers that just
-        // fired) leaves them in the SQ for the next wait, which submits them whatever it is:
-        // usually the blocking wait that follows, so a round trip over a connection whose
-        // both ends are on this loop enters once per half instead of twice (one enter to
-        // re-arm, one to send and wait). Held once only: a watcher's readiness is seen at
-        // most one iteration later than a selector would see it.
-        let hold = queued && defer_polls && !self.urgent && !self.held;
-        let submit = queued && !hold;
-        let overdue = !(blocking || submit || flush) && {
+        let overdue = !(blocking || queued || flush) && {
             self.quiet_waits += 1;
             self.quiet_waits >= QUIET_WAITS_MAX
         };
-        self.held = hold;
-        if blocking || submit || flush || overdue {
+        if blocking || queued || flush || overdue {
             self.quiet_waits = 0;
-            self.urgent = false;
-            self.held = false;
             // The waker is needed only by a wait that can block; arming it costs nothing
             // when we enter anyway.
             if !self.wake_armed {
@@ -296,8 +261,6 @@ impl UringDriver {
         if self.ring.submission().is_empty() {
             return Ok(());
         }
-        self.urgent = false;
-        self.held = false;
         self.counters.enters += 1;
         match self.ring.submit() {
             Ok(_) => Ok(()),
