@@ -2,6 +2,9 @@
 //! `poll` always; `uring` (plus its old-kernel fallbacks) on Linux, where a ring that cannot
 //! be created fails the tests unless `RSLOOP_EXPECT_NO_URING=1` declares a machine without one.
 //!
+//! `Op::SendMsg` is checked on every driver too: `poll` emulates it inside itself (one
+//! `sendmsg` at once, retried on writability), with io_uring's contract.
+//!
 //! Closed fds, per backend: `poll` refuses a closed fd in `submit` (`EBADF`); `uring`
 //! accepts it and completes the op with `-EBADF` in the next `wait`. Either way: no hang.
 
@@ -572,4 +575,214 @@ fn ops_survive_the_exit_of_the_thread_that_submitted_them() {
         d.cancel(1).unwrap();
         quiet(name, &mut d);
     }
+}
+
+// ----- Op::SendMsg: one sendmsg, one completion (bytes or -errno), on both drivers -----
+
+/// A `msghdr` over owned bytes, alive (and unmoved: boxed) until the send completes, as
+/// `Op::SendMsg`'s contract asks.
+struct Msg {
+    hdr: Box<libc::msghdr>,
+    _iov: Vec<libc::iovec>,
+    _parts: Vec<Vec<u8>>,
+}
+
+impl Msg {
+    fn new(parts: Vec<Vec<u8>>) -> Msg {
+        let mut iov: Vec<libc::iovec> = parts
+            .iter()
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            })
+            .collect();
+        // SAFETY: an all-zero `msghdr` is a valid empty header.
+        let mut hdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        hdr.msg_iov = iov.as_mut_ptr();
+        hdr.msg_iovlen = iov.len() as _;
+        Msg {
+            hdr,
+            _iov: iov,
+            _parts: parts,
+        }
+    }
+
+    fn op(&self, fd: RawFd) -> Op {
+        Op::SendMsg {
+            fd,
+            msg: &*self.hdr as *const libc::msghdr as usize,
+        }
+    }
+}
+
+/// Writes into `a` until its send buffer is full.
+fn fill(a: &UnixStream) {
+    let chunk = vec![0u8; 1 << 16];
+    while (&*a).write(&chunk).is_ok() {}
+}
+
+/// Reads everything `b` has now (it is non-blocking); returns the byte count.
+fn drain(b: &UnixStream) -> usize {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0;
+    while let Ok(n) = (&*b).read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    total
+}
+
+#[test]
+fn send_msg_completes_with_the_bytes_sent_in_order() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        let msg = Msg::new(vec![
+            b"hello ".to_vec(),
+            b"gathered ".to_vec(),
+            b"world".to_vec(),
+        ]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 20)], "{name}");
+        let mut got = [0u8; 32];
+        let n = b.read(&mut got).unwrap();
+        assert_eq!(&got[..n], b"hello gathered world", "{name}");
+        // The same token can be used again once its completion came.
+        let again = Msg::new(vec![b"!".to_vec()]);
+        d.submit(1, again.op(a.as_raw_fd())).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 1)], "{name}");
+    });
+}
+
+#[test]
+fn send_msg_waits_for_room_then_completes_once_partially() {
+    each(|name, d| {
+        let (a, b) = pair();
+        fill(&a);
+        let big = 1 << 20;
+        let msg = Msg::new(vec![vec![7u8; big]]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        // The kernel refused (EAGAIN): no completion until there is room.
+        quiet(name, d);
+        let mut drained = drain(&b);
+        let got = collect(d, 1);
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        let sent = got[0].result;
+        assert!(got[0].token == 1 && sent > 0, "{name}: {got:?}");
+        // One sendmsg: what fit, never the whole megabyte through a small socket buffer.
+        assert!((sent as usize) < big, "{name}: {sent}");
+        quiet(name, d);
+        // Exactly those bytes arrived, and nothing else is sent later.
+        std::thread::sleep(Duration::from_millis(20));
+        drained += drain(&b);
+        let mut rest = Vec::new();
+        d.wait(Some(Duration::ZERO), &mut rest).unwrap();
+        drained += drain(&b);
+        assert!(rest.is_empty(), "{name}: {rest:?}");
+        assert!(drained >= sent as usize, "{name}: {drained} < {sent}");
+        drop(msg);
+    });
+}
+
+#[test]
+fn send_msg_waiting_for_room_is_cancelled_with_ecanceled() {
+    each(|name, d| {
+        let (a, b) = pair();
+        fill(&a);
+        let msg = Msg::new(vec![vec![9u8; 4096]]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        quiet(name, d);
+        d.cancel(1).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, -libc::ECANCELED)], "{name}");
+        // Cancelled before the kernel took anything: none of its bytes ever arrive.
+        let mut buf = vec![0u8; 1 << 16];
+        let mut nines = 0;
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < deadline {
+            match (&b).read(&mut buf) {
+                Ok(n) => nines += buf[..n].iter().filter(|&&x| x == 9).count(),
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        assert_eq!(nines, 0, "{name}");
+        quiet(name, d);
+        drop(msg);
+    });
+}
+
+#[test]
+fn send_msg_to_a_closed_peer_fails_with_epipe() {
+    each(|name, d| {
+        let (a, b) = pair();
+        drop(b);
+        let msg = Msg::new(vec![b"late".to_vec()]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        let got = collect(d, 1);
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        let r = got[0].result;
+        assert!(
+            r == -libc::EPIPE || r == -libc::ECONNRESET,
+            "{name}: {got:?}"
+        );
+    });
+}
+
+#[test]
+fn send_msg_waiting_for_room_fails_when_the_peer_closes() {
+    each(|name, d| {
+        let (a, b) = pair();
+        fill(&a);
+        let msg = Msg::new(vec![vec![1u8; 4096]]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        quiet(name, d);
+        drop(b);
+        let got = collect(d, 1);
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        let r = got[0].result;
+        assert!(
+            r == -libc::EPIPE || r == -libc::ECONNRESET,
+            "{name}: {got:?}"
+        );
+    });
+}
+
+#[test]
+fn send_msg_beside_a_reader_and_a_writer_on_the_same_fd() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        fill(&a);
+        let msg = Msg::new(vec![vec![5u8; 4096]]);
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        d.submit(2, msg.op(a.as_raw_fd())).unwrap();
+        d.submit(3, poll(a.as_raw_fd(), W)).unwrap();
+        quiet(name, d);
+        // Data for the reader: only the reader completes; the send and writer wait on.
+        b.write_all(b"x").unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 1)], "{name}");
+        quiet(name, d);
+        // Room: the writer and the send complete, once each.
+        drain(&b);
+        let mut got = collect(d, 2);
+        got.sort_by_key(|c| c.token);
+        assert_eq!(got.len(), 2, "{name}: {got:?}");
+        assert_eq!(got[1], c(3, 2), "{name}");
+        assert_eq!(got[0].token, 2, "{name}: {got:?}");
+        assert!(got[0].result > 0, "{name}: {got:?}");
+        // The reader is re-armed beside nothing else and still sees the unread byte.
+        d.submit(4, poll(a.as_raw_fd(), R)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(4, 1)], "{name}");
+        quiet(name, d);
+    });
+}
+
+#[test]
+fn send_msg_to_a_bad_fd_completes_or_fails_with_ebadf() {
+    each(|name, d| {
+        let msg = Msg::new(vec![b"x".to_vec()]);
+        match d.submit(1, msg.op(-1)) {
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{name}: {e}"),
+            Ok(()) => assert_eq!(collect(d, 1), vec![c(1, -libc::EBADF)], "{name}"),
+        }
+    });
 }

@@ -84,6 +84,20 @@ pub fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// One `sendmsg` of a header built beforehand (`SendHeader::point_at`), with
+/// `MSG_DONTWAIT`: the `poll` driver's `Op::SendMsg`. Never blocks, even on a blocking
+/// socket, and never raises `SIGPIPE` where the platform has `MSG_NOSIGNAL`.
+///
+/// # Safety
+/// `msg` must point at a valid `msghdr` whose iovecs point at readable bytes, all alive
+/// and unchanged until this returns.
+pub unsafe fn send_header_nowait(fd: RawFd, msg: *const libc::msghdr) -> io::Result<usize> {
+    // SAFETY: the caller guarantees the header, its iovecs and the bytes for the call; the
+    // kernel only reads them.
+    let n = syscall!(sendmsg(fd, msg, SEND_FLAGS | libc::MSG_DONTWAIT))?;
+    Ok(n as usize)
+}
+
 /// `shutdown(fd, SHUT_WR)`: half-close, the peer reads end of stream.
 pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     // SAFETY: no pointer arguments.

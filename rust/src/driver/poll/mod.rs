@@ -1,12 +1,14 @@
 //! The portable readiness driver: mio (epoll on Linux, kqueue on macOS/BSD, IOCP on Windows).
 //! Owns: the `mio::Poll`, its reused `Events`, the `mio::Waker`, and turning edge-triggered
-//! readiness into the one-shot Poll completions of `op.rs`. Not: the per-fd table
-//! (`sources.rs`), anything the loop decides.
+//! readiness into the completions of `op.rs`: one-shot Poll ops, and `SendMsg` emulated
+//! (tried at once, retried on writability inside the driver, one completion either way,
+//! as io_uring's). Not: the per-fd table (`sources.rs`), anything the loop decides.
 //!
 //! Behaviour the contract leaves to each backend:
 //! - a closed fd fails in `submit` with `EBADF` when the fd is new to the driver; if the driver
 //!   still has it registered (an earlier op on it), the op completes with `-EBADF` or
 //!   `-ENOENT` in the next `wait` instead;
+//! - a send to a closed fd completes with `-EBADF` (io_uring's answer), not a refusal;
 //! - regular files and directories fail in `submit` with `EPERM` (epoll refuses them);
 //! - on Windows, fds are not supported yet: `submit` of a Poll op returns `Unsupported`.
 
@@ -76,14 +78,15 @@ impl PollDriver {
     }
 
     /// Queues `op` under `token`. A new fd is registered at once, so a bad fd fails here.
+    /// A send is tried at once (see [`submit_send`](Self::submit_send)).
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
         match op {
             Op::Poll { fd, interest } => self.submit_poll(token, fd, interest),
-            // Readiness drivers go by readiness: callers check `supports_send_msg` and
-            // `supports_accept_multi`.
-            Op::AcceptMulti { .. } | Op::SendMsg { .. } => Err(io::Error::new(
+            Op::SendMsg { fd, msg } => self.submit_send(token, fd, msg),
+            // Servers go by readiness here: callers check `supports_accept_multi`.
+            Op::AcceptMulti { .. } => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
-                "driver: the poll backend reads, writes and accepts by readiness",
+                "driver: the poll backend accepts by readiness",
             )),
         }
     }
@@ -91,6 +94,57 @@ impl PollDriver {
     #[cfg(unix)]
     fn submit_poll(&mut self, token: Token, fd: RawFd, interest: Interest) -> io::Result<()> {
         check_op(token, interest)?;
+        self.check_new(token, fd)?;
+        let added = self.sources.add(token, fd, interest);
+        self.register_new(token, fd, added)
+    }
+
+    /// `Op::SendMsg` emulated, as io_uring performs it: one `sendmsg` now (non-blocking,
+    /// `MSG_NOSIGNAL`); if the kernel takes bytes or fails, that is the completion, delivered
+    /// by the next `wait`. If it would block, the send waits in the fd's table beside any
+    /// reader or writer (one mio registration, interests merged) and is retried each time
+    /// the fd is writable, until it takes bytes or fails; a cancel meanwhile ends it with
+    /// `-ECANCELED`. Either way one final completion, never a partial retry: a short send
+    /// completes with the bytes the kernel took, as the ring's does.
+    #[cfg(unix)]
+    fn submit_send(&mut self, token: Token, fd: RawFd, msg: usize) -> io::Result<()> {
+        check_token(token)?;
+        if msg == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "driver: SendMsg without a msghdr",
+            ));
+        }
+        self.check_new(token, fd)?;
+        self.counters.submissions += 1;
+        if let Some(result) = try_send(fd, msg) {
+            self.pending.push(Completion { token, result });
+            return Ok(());
+        }
+        let added = self.sources.add_send(token, fd, msg);
+        if let Err(e) = self.register_new(token, fd, added) {
+            // The kernel's answer, as the ring would give it: a completion, not a refusal.
+            let code = e.raw_os_error().unwrap_or(libc::EIO);
+            self.pending.push(Completion {
+                token,
+                result: -code,
+            });
+        }
+        Ok(())
+    }
+
+    #[cfg(not(unix))]
+    fn submit_send(&mut self, token: Token, _fd: crate::sys::RawFd, _msg: usize) -> io::Result<()> {
+        check_token(token)?;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "poll driver: sending on raw fds is not supported on this platform yet",
+        ))
+    }
+
+    /// Refuses a token already in flight and a negative fd.
+    #[cfg(unix)]
+    fn check_new(&self, token: Token, fd: RawFd) -> io::Result<()> {
         if self.sources.contains(token) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -100,7 +154,14 @@ impl PollDriver {
         if fd < 0 {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
-        if let Added::Register(interest) = self.sources.add(token, fd, interest) {
+        Ok(())
+    }
+
+    /// Registers `fd` with mio now if `added` asks for it (an fd new to the driver), so a
+    /// bad fd fails at once; on failure the op under `token` is forgotten.
+    #[cfg(unix)]
+    fn register_new(&mut self, token: Token, fd: RawFd, added: Added) -> io::Result<()> {
+        if let Added::Register(interest) = added {
             self.counters.submissions += 1;
             let res = self.poll.registry().register(
                 &mut mio::unix::SourceFd(&fd),
@@ -170,7 +231,8 @@ impl PollDriver {
                     continue;
                 }
                 let ready = ready_interest(event);
-                self.sources.ready(event.token().0 as i32, ready, out);
+                self.sources
+                    .ready(event.token().0 as i32, ready, out, &mut try_send);
             }
         }
         self.counters.completions += (out.len() - start) as u64;
@@ -274,13 +336,18 @@ const ECANCELED: i32 = libc::ECANCELED;
 #[cfg(not(unix))]
 const ECANCELED: i32 = 105;
 
-fn check_op(token: Token, interest: Interest) -> io::Result<()> {
+fn check_token(token: Token) -> io::Result<()> {
     if token == u64::MAX {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "driver: token u64::MAX is reserved",
         ));
     }
+    Ok(())
+}
+
+fn check_op(token: Token, interest: Interest) -> io::Result<()> {
+    check_token(token)?;
     if interest.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -288,6 +355,31 @@ fn check_op(token: Token, interest: Interest) -> io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// One try of a send: `Some(bytes or -errno)`, or `None` if the kernel would block.
+#[cfg(unix)]
+fn try_send(fd: RawFd, msg: usize) -> Option<i32> {
+    loop {
+        // SAFETY: `Op::SendMsg`'s contract: the caller keeps the `msghdr` at `msg`, its
+        // iovecs and the bytes valid and unchanged until the op's completion, which has not
+        // been delivered yet (this try makes it).
+        let res = unsafe { crate::sys::sock::send_header_nowait(fd, msg as *const libc::msghdr) };
+        return match res {
+            Ok(n) => Some(i32::try_from(n).unwrap_or(i32::MAX)),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(code) if code == libc::EAGAIN || code == libc::EWOULDBLOCK => None,
+                Some(code) => Some(-code),
+                None => Some(-libc::EIO),
+            },
+        };
+    }
+}
+
+#[cfg(not(unix))]
+fn try_send(_fd: crate::sys::RawFd, _msg: usize) -> Option<i32> {
+    Some(-ECANCELED)
 }
 
 #[cfg(unix)]

@@ -1,8 +1,11 @@
-//! Per-fd bookkeeping for the `poll` driver: which one-shot Poll ops wait on each fd and
-//! what interest mio currently has registered for it.
-//! Owns: merging the interests of every pending op on an fd (reader + writer are two tokens,
-//! one registration), the token → fd index, and the list of fds whose registration must be
-//! brought up to date. Not: calling mio (`poll/mod.rs` applies the changes this table asks for).
+//! Per-fd bookkeeping for the `poll` driver: which ops wait on each fd (one-shot Poll ops,
+//! and sends the kernel refused with `EAGAIN`, waiting for writability to retry) and what
+//! interest mio currently has registered for it.
+//! Owns: merging the interests of every pending op on an fd (reader, writer and a send in
+//! flight are three tokens, one registration), the token → fd index, which op a readiness
+//! event completes and which it retries, and the list of fds whose registration must be
+//! brought up to date. Not: calling mio (`poll/mod.rs` applies the changes this table asks
+//! for) or the kernel (the caller hands `ready` the retry as a closure).
 
 // Off Unix the driver refuses fds before they reach this table.
 #![cfg_attr(not(unix), allow(dead_code))]
@@ -12,11 +15,13 @@ use crate::intmap::IntMap;
 use crate::driver::op::{Completion, Interest, Token};
 use crate::sys::RawFd;
 
-/// One pending Poll op.
+/// One pending op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct PendingOp {
     token: Token,
     interest: Interest,
+    /// A send waiting for writability: the `msghdr` address to retry with.
+    send: Option<usize>,
 }
 
 /// What the driver knows about one fd.
@@ -82,11 +87,35 @@ impl Sources {
         self.tokens.contains_key(&token)
     }
 
-    /// Records an op. The caller must check [`contains`](Self::contains) first.
+    /// Records a Poll op. The caller must check [`contains`](Self::contains) first.
     pub(super) fn add(&mut self, token: Token, fd: RawFd, interest: Interest) -> Added {
-        self.tokens.insert(token, fd);
+        self.add_op(
+            fd,
+            PendingOp {
+                token,
+                interest,
+                send: None,
+            },
+        )
+    }
+
+    /// Records a send the kernel refused for now (`EAGAIN`): retried with the header at
+    /// `msg` each time `fd` is writable, until it completes. The caller must check
+    /// [`contains`](Self::contains) first.
+    pub(super) fn add_send(&mut self, token: Token, fd: RawFd, msg: usize) -> Added {
+        let op = PendingOp {
+            token,
+            interest: Interest::WRITABLE,
+            send: Some(msg),
+        };
+        self.add_op(fd, op)
+    }
+
+    fn add_op(&mut self, fd: RawFd, op: PendingOp) -> Added {
+        let interest = op.interest;
+        self.tokens.insert(op.token, fd);
         let state = self.fds.entry(fd).or_default();
-        state.ops.push(PendingOp { token, interest });
+        state.ops.push(op);
         if state.registered.is_none() && !state.dirty {
             return Added::Register(interest);
         }
@@ -166,29 +195,49 @@ impl Sources {
     }
 
     /// Completes the ops on `fd` that `ready` satisfies (each once) and queues the fd for a
-    /// refresh, since mio will not report it again on its own (edge triggering).
-    pub(super) fn ready(&mut self, fd: RawFd, ready: Interest, out: &mut Vec<Completion>) {
+    /// refresh, since mio will not report it again on its own (edge triggering). A send
+    /// that writability satisfies is retried with `send(fd, msg)`: `Some(result)` (bytes
+    /// or `-errno`) completes it, `None` (the kernel refused again) keeps it waiting.
+    pub(super) fn ready(
+        &mut self,
+        fd: RawFd,
+        ready: Interest,
+        out: &mut Vec<Completion>,
+        send: &mut impl FnMut(RawFd, usize) -> Option<i32>,
+    ) {
         let Some(state) = self.fds.get_mut(&fd) else {
             return;
         };
         let before = out.len();
-        // Readers first, then writers, whatever order they were armed in: asyncio's
-        // selector loop queues an fd's reader before its writer, so data that arrived
-        // with a reset is read before a write sees the error.
+        let mut retried = false;
+        // Readers first, then writers (sends among them, in the order they were armed),
+        // whatever order they were armed in: asyncio's selector loop queues an fd's reader
+        // before its writer, so data that arrived with a reset is read before a write sees
+        // the error.
         for readers in [true, false] {
             state.ops.retain(|op| {
                 let hit = op.interest.bits() & ready.bits();
                 if hit == 0 || op.interest.is_readable() != readers {
                     return true;
                 }
+                let result = match op.send {
+                    None => i32::from(hit),
+                    Some(msg) => match send(fd, msg) {
+                        Some(result) => result,
+                        None => {
+                            retried = true;
+                            return true;
+                        }
+                    },
+                };
                 out.push(Completion {
                     token: op.token,
-                    result: i32::from(hit),
+                    result,
                 });
                 false
             });
         }
-        if out.len() != before {
+        if out.len() != before || retried {
             for c in &out[before..] {
                 self.tokens.remove(&c.token);
             }
@@ -211,6 +260,10 @@ mod tests {
     const R: Interest = Interest::READABLE;
     const W: Interest = Interest::WRITABLE;
 
+    fn no_send(_: RawFd, _: usize) -> Option<i32> {
+        panic!("no send is pending")
+    }
+
     #[test]
     fn merges_reader_and_writer() {
         let mut s = Sources::default();
@@ -232,7 +285,7 @@ mod tests {
         s.set_registered(5, Some(R.add(W)));
 
         let mut out = Vec::new();
-        s.ready(5, W, &mut out);
+        s.ready(5, W, &mut out, &mut no_send);
         assert_eq!(
             out,
             vec![Completion {
@@ -287,5 +340,79 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert!(out.iter().all(|c| c.result == -9));
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_refused_send_is_retried_on_writability_beside_a_reader() {
+        let mut s = Sources::default();
+        assert_eq!(s.add(1, 5, R), Added::Register(R));
+        s.set_registered(5, Some(R));
+        assert_eq!(s.add_send(2, 5, 0x1000), Added::Queued);
+        let mut ch = Vec::new();
+        s.take_changes(&mut ch);
+        let both = Change::Arm {
+            registered: true,
+            interest: R.add(W),
+        };
+        assert_eq!(ch, vec![(5, both)]);
+        s.set_registered(5, Some(R.add(W)));
+
+        // Writable, but the kernel refuses again: the send waits on, the fd is re-armed.
+        let mut tries = Vec::new();
+        let mut out = Vec::new();
+        s.ready(5, W, &mut out, &mut |fd, msg| {
+            tries.push((fd, msg));
+            None
+        });
+        assert!(out.is_empty() && s.contains(2) && s.contains(1));
+        ch.clear();
+        s.take_changes(&mut ch);
+        assert_eq!(ch, vec![(5, both)]);
+
+        // Readable and writable: the reader completes first, then the send with its bytes.
+        s.ready(5, R.add(W), &mut out, &mut |fd, msg| {
+            tries.push((fd, msg));
+            Some(300)
+        });
+        assert_eq!(tries, vec![(5, 0x1000), (5, 0x1000)]);
+        assert_eq!(
+            out,
+            vec![
+                Completion {
+                    token: 1,
+                    result: 1
+                },
+                Completion {
+                    token: 2,
+                    result: 300
+                }
+            ]
+        );
+        assert!(s.is_empty() || (!s.contains(1) && !s.contains(2)));
+        ch.clear();
+        s.take_changes(&mut ch);
+        assert_eq!(ch, vec![(5, Change::Remove)]);
+    }
+
+    #[test]
+    fn a_waiting_send_is_cancelled_or_failed_like_any_op() {
+        let mut s = Sources::default();
+        assert_eq!(s.add_send(4, 6, 0x2000), Added::Register(W));
+        s.set_registered(6, Some(W));
+        // Readable alone does not retry a send.
+        let mut out = Vec::new();
+        s.ready(6, R, &mut out, &mut no_send);
+        assert!(out.is_empty() && s.contains(4));
+        assert!(s.remove(4));
+        assert!(!s.contains(4));
+        s.add_send(5, 6, 0x2000);
+        s.fail_fd(6, 9, &mut out);
+        assert_eq!(
+            out,
+            vec![Completion {
+                token: 5,
+                result: -9
+            }]
+        );
     }
 }
