@@ -138,16 +138,6 @@ impl Driver {
         }
     }
 
-    /// Whether [`Op::SendMsg`] can be submitted (io_uring: SENDMSG is older than every
-    /// other opcode the driver needs).
-    pub fn supports_send_msg(&self) -> bool {
-        match self {
-            #[cfg(uring)]
-            Driver::Uring(_) => true,
-            Driver::Poll(_) => false,
-        }
-    }
-
     /// Whether [`Op::AcceptMulti`] can be submitted (io_uring on Linux 5.19+, probed; a
     /// listening socket whose accept the kernel still refuses answers `-EINVAL`).
     pub fn supports_accept_multi(&self) -> bool {
