@@ -4,7 +4,8 @@
 //!
 //! Contract shared by both backends (checked by `rust/tests/driver_contract.rs`):
 //! - `submit` queues an operation; nothing reaches the kernel before the next `wait`
-//!   (the `poll` backend may register a new fd at once so that a bad fd fails early);
+//!   (the `poll` backend may register a new fd at once so that a bad fd fails early, and
+//!   makes a send's first `sendmsg` at once: its completion still comes from `wait`);
 //! - every submitted operation yields exactly one final completion, `-ECANCELED` when
 //!   `cancel` won the race (a multishot accept yields others before its final one);
 //! - `wait(Some(ZERO))` with nothing queued makes no syscall on `uring`;
