@@ -786,3 +786,146 @@ fn send_msg_to_a_bad_fd_completes_or_fails_with_ebadf() {
         }
     });
 }
+
+// ----- Op::AcceptMulti: a connection per MultiCompletion, one final, on both drivers -----
+
+/// Waits (bounded) until `n` multishot completions came.
+fn multi_within(d: &mut Driver, n: usize) -> Vec<driver::MultiCompletion> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while out.len() < n && Instant::now() < deadline {
+        let mut done = Vec::new();
+        d.wait(Some(Duration::from_millis(50)), &mut done).unwrap();
+        assert!(done.is_empty(), "{done:?}");
+        d.take_multishot(&mut out);
+    }
+    out
+}
+
+fn accept_multi(fd: RawFd) -> Op {
+    Op::AcceptMulti { fd }
+}
+
+#[test]
+fn accept_multi_delivers_connections_then_cancels() {
+    use std::net::{TcpListener, TcpStream};
+    each(|name, d| {
+        if !d.supports_accept_multi() {
+            eprintln!("{name}: no multishot accept on this kernel");
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // One connection waits before the accept starts, two come after.
+        let mut clients = vec![TcpStream::connect(addr).unwrap()];
+        d.submit(5, accept_multi(listener.as_raw_fd())).unwrap();
+        clients.extend((0..2).map(|_| TcpStream::connect(addr).unwrap()));
+        let got = multi_within(d, 3);
+        assert_eq!(got.len(), 3, "{name}: {got:?}");
+        for c in &got {
+            assert!(c.token == 5 && c.more && c.result >= 0, "{name}: {c:?}");
+            // SAFETY: F_GETFL/F_GETFD take no pointer argument; the fd is ours.
+            let (fl, fdfl) = unsafe {
+                (
+                    libc::fcntl(c.result, libc::F_GETFL),
+                    libc::fcntl(c.result, libc::F_GETFD),
+                )
+            };
+            assert!(fl & libc::O_NONBLOCK != 0, "{name}: blocking fd");
+            assert!(fdfl & libc::FD_CLOEXEC != 0, "{name}: inheritable fd");
+        }
+        // Each fd is a client's peer: bytes written by every client arrive on one of them.
+        for client in &mut clients {
+            client.write_all(b"hi").unwrap();
+        }
+        let mut total = 0;
+        for c in &got {
+            // SAFETY: the accepted fd is the caller's, owned from here on.
+            let mut s = UnixStreamLike(unsafe { OwnedFd::from_raw_fd(c.result) });
+            total += s.read_within(PATIENCE);
+        }
+        assert_eq!(total, 6, "{name}");
+        d.cancel(5).unwrap();
+        let last = multi_within(d, 1);
+        assert_eq!(
+            last.iter().map(|c| (c.result, c.more)).collect::<Vec<_>>(),
+            vec![(-libc::ECANCELED, false)],
+            "{name}"
+        );
+        // Cancelled: a new client is not accepted.
+        let _late = TcpStream::connect(addr).unwrap();
+        let (mut done, mut multi) = (Vec::new(), Vec::new());
+        d.wait(Some(QUIET), &mut done).unwrap();
+        d.take_multishot(&mut multi);
+        assert!(
+            done.is_empty() && multi.is_empty(),
+            "{name}: {done:?} {multi:?}"
+        );
+        d.cancel(5).unwrap();
+        quiet(name, d);
+    });
+}
+
+#[test]
+fn accept_multi_on_a_socket_that_does_not_listen_ends_with_einval() {
+    each(|name, d| {
+        if !d.supports_accept_multi() {
+            return;
+        }
+        let (_a, b) = pair();
+        d.submit(6, accept_multi(b.as_raw_fd())).unwrap();
+        let got = multi_within(d, 1);
+        assert_eq!(
+            got.iter()
+                .map(|c| (c.token, c.result, c.more))
+                .collect::<Vec<_>>(),
+            vec![(6, -libc::EINVAL, false)],
+            "{name}"
+        );
+    });
+}
+
+#[test]
+fn dropping_a_driver_closes_connections_no_one_took() {
+    use std::net::{TcpListener, TcpStream};
+    each(|name, d| {
+        if !d.supports_accept_multi() {
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        d.submit(8, accept_multi(listener.as_raw_fd())).unwrap();
+        d.submit_now().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // Reaped or not, the connection was never taken: dropping the driver closes it.
+        let mut ignored = Vec::new();
+        d.wait(Some(Duration::ZERO), &mut ignored).unwrap();
+        let mut spare = driver::select(Requested::Poll).unwrap().0;
+        std::mem::swap(d, &mut spare);
+        drop(spare);
+        client.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut buf = [0u8; 1];
+        assert_eq!(client.read(&mut buf).unwrap(), 0, "{name}: not closed");
+    });
+}
+
+/// An accepted fd read as a stream, bounded in time.
+struct UnixStreamLike(OwnedFd);
+
+impl UnixStreamLike {
+    fn read_within(&mut self, patience: Duration) -> usize {
+        let deadline = Instant::now() + patience;
+        let mut buf = [0u8; 16];
+        loop {
+            // SAFETY: reads into a live local buffer from an fd we own.
+            let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n > 0 {
+                return n as usize;
+            }
+            assert!(Instant::now() < deadline, "no bytes");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}

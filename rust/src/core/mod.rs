@@ -253,7 +253,8 @@ impl LoopCore {
     }
 
     /// Starts a multishot accept on the listening socket `fd` whose connections (fds) go
-    /// to `callback`; `None` when the driver has none (the server accepts by readiness).
+    /// to `callback`; `None` when the driver has none (a kernel without multishot accept, the
+    /// one case left: the server accepts by readiness).
     pub fn accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
         let supported = lock(&self.driver)
             .as_ref()

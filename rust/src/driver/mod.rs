@@ -139,26 +139,23 @@ impl Driver {
         }
     }
 
-    /// Whether [`Op::AcceptMulti`] can be submitted (io_uring on Linux 5.19+, probed; a
+    /// Whether [`Op::AcceptMulti`] can be submitted: always on `poll`, which performs it
+    /// itself (on Unix); on io_uring where the kernel has it (Linux 5.19+, probed; a
     /// listening socket whose accept the kernel still refuses answers `-EINVAL`).
     pub fn supports_accept_multi(&self) -> bool {
         match self {
             #[cfg(uring)]
             Driver::Uring(d) => d.supports_accept_multi(),
-            Driver::Poll(_) => false,
+            Driver::Poll(_) => cfg!(unix),
         }
     }
 
     /// Moves the multishot completions reaped by the last `wait` into `out`.
-    // A Vec, not a slice: the uring driver appends to it.
-    #[cfg_attr(not(uring), allow(clippy::ptr_arg))]
     pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
         match self {
             #[cfg(uring)]
             Driver::Uring(d) => d.take_multishot(out),
-            Driver::Poll(_) => {
-                let _ = out;
-            }
+            Driver::Poll(d) => d.take_multishot(out),
         }
     }
 
@@ -219,7 +216,7 @@ impl Driver {
         match self {
             #[cfg(uring)]
             Driver::Uring(d) => d.retire(),
-            Driver::Poll(_) => Vec::new(),
+            Driver::Poll(d) => d.retire(),
         }
     }
 

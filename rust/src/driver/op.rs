@@ -4,12 +4,12 @@
 //!
 //! Every operation is completion-style: it is submitted under a caller-chosen [`Token`] and
 //! later yields exactly one final [`Completion`] with that token (a result or `-errno`,
-//! `-ECANCELED` when it was cancelled first). Both drivers take `Poll` and `SendMsg`: the
-//! `poll` driver performs a send itself, retrying on writability inside the driver
-//! (`rust/tests/driver_contract.rs` checks both against one contract). The exception is
-//! the multishot [`Op::AcceptMulti`] (io_uring only): one [`MultiCompletion`] per accepted
-//! connection, exactly one of them final (`more == false`); the `poll` driver refuses it,
-//! and servers accept by readiness there (tested in `rust/tests/driver_uring.rs`).
+//! `-ECANCELED` when it was cancelled first). The exception is the multishot
+//! [`Op::AcceptMulti`]: one [`MultiCompletion`] per accepted connection, exactly one of
+//! them final (`more == false`). Both drivers take every op: the `poll` driver performs a
+//! send itself, retrying on writability inside the driver, and an accept as an `accept4`
+//! loop on each readability (`rust/tests/driver_contract.rs` checks both drivers against
+//! one contract).
 //! Receives are readiness plus `recv` on both drivers (docs/decisions/0004-one-io-model.md).
 
 use crate::sys::RawFd;
@@ -69,9 +69,9 @@ pub enum Op {
         /// What to wait for; never empty.
         interest: Interest,
     },
-    /// Multishot accept (`uring` only, where
-    /// [`supports_accept_multi`](super::Driver::supports_accept_multi) says so; `poll`
-    /// refuses it with `Unsupported` and servers accept by readiness there). Unlike `Poll`
+    /// Multishot accept (where [`supports_accept_multi`](super::Driver::supports_accept_multi)
+    /// says so: `poll` on Unix, which emulates it; `uring` on kernels with it, 5.19+; servers
+    /// accept by readiness elsewhere). What is waiting is accepted at once. Unlike `Poll`
     /// it yields a [`MultiCompletion`] per accepted connection, taken with
     /// [`take_multishot`](super::Driver::take_multishot), whose `result` is the new fd (opened
     /// non-blocking and close-on-exec, owned by the caller from then on) or `-errno`; the

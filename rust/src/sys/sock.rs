@@ -98,6 +98,37 @@ pub unsafe fn send_header_nowait(fd: RawFd, msg: *const libc::msghdr) -> io::Res
     Ok(n as usize)
 }
 
+/// Accepts one connection on the listening socket `fd`, without blocking: the new fd,
+/// non-blocking and close-on-exec (as io_uring's accept makes it), owned by the caller.
+/// The peer's address is not asked for (`getpeername`). The `poll` driver's
+/// `Op::AcceptMulti`.
+pub fn accept_nowait(fd: RawFd) -> io::Result<RawFd> {
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    {
+        let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+        // SAFETY: null address and length pointers ask for no peer address.
+        syscall!(accept4(
+            fd,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            flags
+        ))
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    {
+        // SAFETY: null address and length pointers ask for no peer address.
+        let conn = syscall!(accept(fd, std::ptr::null_mut(), std::ptr::null_mut()))?;
+        let set = super::fd::set_nonblocking(conn, true)
+            // SAFETY: F_SETFD takes an int flag argument.
+            .and_then(|()| syscall!(fcntl(conn, libc::F_SETFD, libc::FD_CLOEXEC)).map(drop));
+        if let Err(e) = set {
+            super::fd::close_raw(conn);
+            return Err(e);
+        }
+        Ok(conn)
+    }
+}
+
 /// `shutdown(fd, SHUT_WR)`: half-close, the peer reads end of stream.
 pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     // SAFETY: no pointer arguments.

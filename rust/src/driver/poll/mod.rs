@@ -18,10 +18,10 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
+use crate::driver::op::{Completion, DriverCounters, Interest, MultiCompletion, Op, Token};
 #[cfg(unix)]
 use sources::Added;
-use sources::{Change, Sources};
+use sources::{Change, OpKind, Perform, Sources};
 
 #[cfg(unix)]
 use crate::sys::RawFd;
@@ -31,6 +31,10 @@ const TOKEN_WAKER: mio::Token = mio::Token(usize::MAX);
 
 /// How many readiness events one `wait` takes from the kernel at most.
 const EVENTS_CAPACITY: usize = 256;
+
+/// Connections one readiness of a listening socket accepts at most (asyncio's default
+/// backlog): the rest wait for the next `wait`, which reports the socket again.
+const ACCEPT_BATCH: usize = 100;
 
 /// A thread-safe handle that interrupts [`PollDriver::wait`].
 #[derive(Clone)]
@@ -54,6 +58,9 @@ pub struct PollDriver {
     /// Completions made without the kernel (cancel, failed re-registration), delivered by the
     /// next `wait`, which then does not block.
     pending: Vec<Completion>,
+    /// Accepted connections and accept ends, for `take_multishot`; a `wait` with some
+    /// here does not block.
+    multi: Vec<MultiCompletion>,
     /// Scratch for `Sources::take_changes`.
     changes: Vec<(i32, Change)>,
     counters: DriverCounters,
@@ -71,6 +78,7 @@ impl PollDriver {
             events: mio::Events::with_capacity(EVENTS_CAPACITY),
             sources: Sources::default(),
             pending: Vec::new(),
+            multi: Vec::new(),
             changes: Vec::new(),
             counters: DriverCounters::default(),
             pid: std::process::id(),
@@ -83,12 +91,60 @@ impl PollDriver {
         match op {
             Op::Poll { fd, interest } => self.submit_poll(token, fd, interest),
             Op::SendMsg { fd, msg } => self.submit_send(token, fd, msg),
-            // Servers go by readiness here: callers check `supports_accept_multi`.
-            Op::AcceptMulti { .. } => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "driver: the poll backend accepts by readiness",
-            )),
+            Op::AcceptMulti { fd } => self.submit_accept(token, fd),
         }
+    }
+
+    /// `Op::AcceptMulti` emulated, as io_uring performs it: what is waiting is accepted at
+    /// once, then the listening socket waits for readability in the fd's table (beside
+    /// any other op on it); each time it is readable the driver accepts what is
+    /// waiting (up to `ACCEPT_BATCH`, non-blocking and close-on-exec), each connection a
+    /// `MultiCompletion` with `more`. An accept error other than "nothing left"
+    /// (`EAGAIN`, `ECONNABORTED`, `EINTR`) ends it with a final `-errno`; a cancel with a
+    /// final `-ECANCELED`.
+    #[cfg(unix)]
+    fn submit_accept(&mut self, token: Token, fd: RawFd) -> io::Result<()> {
+        check_token(token)?;
+        self.check_new(token, fd)?;
+        self.counters.submissions += 1;
+        // As the ring does: what is waiting is accepted now, and a socket that cannot
+        // accept (not listening: EINVAL) ends the op at once rather than waiting forever.
+        let mut io = Kernel {
+            multi: &mut self.multi,
+        };
+        if io.accept(fd, token) {
+            return Ok(());
+        }
+        let added = self.sources.add_accept(token, fd);
+        if let Err(e) = self.register_new(token, fd, added) {
+            let code = e.raw_os_error().unwrap_or(libc::EIO);
+            self.multi.push(MultiCompletion {
+                token,
+                result: -code,
+                more: false,
+            });
+        }
+        Ok(())
+    }
+
+    #[cfg(not(unix))]
+    fn submit_accept(&mut self, token: Token, _fd: crate::sys::RawFd) -> io::Result<()> {
+        check_token(token)?;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "poll driver: accepting on raw fds is not supported on this platform yet",
+        ))
+    }
+
+    /// Moves the accepted connections and accept ends of the last `wait` into `out`.
+    pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
+        out.append(&mut self.multi);
+    }
+
+    /// Ends every operation in flight (nothing of the kernel's to reap here) and returns
+    /// the connections accepted but not yet taken, whose fds are now the caller's.
+    pub fn retire(&mut self) -> Vec<MultiCompletion> {
+        std::mem::take(&mut self.multi)
     }
 
     #[cfg(unix)]
@@ -196,11 +252,17 @@ impl PollDriver {
     /// Removes the op under `token`; its `-ECANCELED` completion comes with the next `wait`.
     /// Unknown (or already completed) tokens are ignored.
     pub fn cancel(&mut self, token: Token) -> io::Result<()> {
-        if self.sources.remove(token) {
-            self.pending.push(Completion {
+        match self.sources.remove(token) {
+            None => {}
+            Some(OpKind::Accept) => self.multi.push(MultiCompletion {
                 token,
                 result: -ECANCELED,
-            });
+                more: false,
+            }),
+            Some(_) => self.pending.push(Completion {
+                token,
+                result: -ECANCELED,
+            }),
         }
         Ok(())
     }
@@ -209,7 +271,7 @@ impl PollDriver {
     /// and appends the completions to `out`.
     pub fn wait(&mut self, timeout: Option<Duration>, out: &mut Vec<Completion>) -> io::Result<()> {
         self.apply_changes();
-        let timeout = if self.pending.is_empty() {
+        let timeout = if self.pending.is_empty() && self.multi.is_empty() {
             timeout
         } else {
             Some(Duration::ZERO)
@@ -226,13 +288,16 @@ impl PollDriver {
                     return Err(e);
                 }
             }
+            let mut io = Kernel {
+                multi: &mut self.multi,
+            };
             for event in self.events.iter() {
                 if event.token() == TOKEN_WAKER {
                     continue;
                 }
                 let ready = ready_interest(event);
                 self.sources
-                    .ready(event.token().0 as i32, ready, out, &mut try_send);
+                    .ready(event.token().0 as i32, ready, out, &mut io);
             }
         }
         self.counters.completions += (out.len() - start) as u64;
@@ -274,7 +339,8 @@ impl PollDriver {
                             Ok(()) => self.sources.set_registered(fd, Some(interest)),
                             Err(e) => {
                                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                                self.sources.fail_fd(fd, errno, &mut self.pending);
+                                let (out, multi) = (&mut self.pending, &mut self.multi);
+                                self.sources.fail_fd(fd, errno, out, multi);
                             }
                         }
                     }
@@ -320,6 +386,12 @@ impl Drop for PollDriver {
             not(feature = "portable")
         ));
         let close = !self.is_inherited() || epoll;
+        // Connections accepted that no one took: ours to close (a forked child's copies too).
+        for c in self.multi.drain(..) {
+            if c.result >= 0 {
+                crate::sys::close_raw(c.result);
+            }
+        }
         if close {
             // SAFETY: the fields are dropped exactly once, here, and never used again.
             unsafe {
@@ -355,6 +427,56 @@ fn check_op(token: Token, interest: Interest) -> io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The kernel work of sends and accepts that readiness makes (`sources::Perform`).
+struct Kernel<'a> {
+    multi: &'a mut Vec<MultiCompletion>,
+}
+
+impl Perform for Kernel<'_> {
+    fn send(&mut self, fd: crate::sys::RawFd, msg: usize) -> Option<i32> {
+        try_send(fd, msg)
+    }
+
+    #[cfg(unix)]
+    fn accept(&mut self, fd: RawFd, token: Token) -> bool {
+        for _ in 0..ACCEPT_BATCH {
+            match crate::sys::sock::accept_nowait(fd) {
+                Ok(conn) => self.multi.push(MultiCompletion {
+                    token,
+                    result: conn,
+                    more: true,
+                }),
+                Err(e) => {
+                    let code = e.raw_os_error().unwrap_or(libc::EIO);
+                    // asyncio's "nothing to accept now": wait for the next readiness.
+                    if [
+                        libc::EAGAIN,
+                        libc::EWOULDBLOCK,
+                        libc::ECONNABORTED,
+                        libc::EINTR,
+                    ]
+                    .contains(&code)
+                    {
+                        return false;
+                    }
+                    self.multi.push(MultiCompletion {
+                        token,
+                        result: -code,
+                        more: false,
+                    });
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    #[cfg(not(unix))]
+    fn accept(&mut self, _fd: crate::sys::RawFd, _token: Token) -> bool {
+        false
+    }
 }
 
 /// One try of a send: `Some(bytes or -errno)`, or `None` if the kernel would block.
