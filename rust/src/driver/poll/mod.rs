@@ -1,8 +1,10 @@
 //! The portable readiness driver: mio (epoll on Linux, kqueue on macOS/BSD, IOCP on Windows).
 //! Owns: the `mio::Poll`, its reused `Events`, the `mio::Waker`, and turning edge-triggered
-//! readiness into the completions of `op.rs`: one-shot Poll ops, and `SendMsg` emulated
-//! (tried at once, retried on writability inside the driver, one completion either way,
-//! as io_uring's). Not: the per-fd table (`sources.rs`), anything the loop decides.
+//! readiness into the completions of `op.rs`: one-shot Poll ops; `SendMsg` emulated (tried
+//! at once, retried on writability inside the driver, one completion either way, as
+//! io_uring's); `AcceptMulti` emulated (`accept4` at once and on each readability, one
+//! `MultiCompletion` per connection). Not: the per-fd table (`sources.rs`), anything the
+//! loop decides.
 //!
 //! Behaviour the contract leaves to each backend:
 //! - a closed fd fails in `submit` with `EBADF` when the fd is new to the driver; if the driver
@@ -142,8 +144,8 @@ impl PollDriver {
         out.append(&mut self.multi);
     }
 
-    /// Ends every operation in flight (nothing of the kernel's to reap here) and returns
-    /// the connections accepted but not yet taken, whose fds are now the caller's.
+    /// Returns the connections accepted but not yet taken, whose fds are now the caller's;
+    /// the ops in flight end with the driver (nothing of the kernel's to reap here).
     pub fn retire(&mut self) -> Vec<MultiCompletion> {
         std::mem::take(&mut self.multi)
     }
