@@ -103,7 +103,11 @@ pub unsafe fn send_header_nowait(fd: RawFd, msg: *const libc::msghdr) -> io::Res
 /// The peer's address is not asked for (`getpeername`). The `poll` driver's
 /// `Op::AcceptMulti`.
 pub fn accept_nowait(fd: RawFd) -> io::Result<RawFd> {
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    // The "portable" build runs macOS's path, as for `SEND_FLAGS`.
+    #[cfg(all(
+        any(target_os = "linux", target_os = "android", target_os = "freebsd"),
+        not(feature = "portable")
+    ))]
     {
         let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
         // SAFETY: null address and length pointers ask for no peer address.
@@ -114,7 +118,10 @@ pub fn accept_nowait(fd: RawFd) -> io::Result<RawFd> {
             flags
         ))
     }
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    #[cfg(any(
+        not(any(target_os = "linux", target_os = "android", target_os = "freebsd")),
+        feature = "portable"
+    ))]
     {
         // SAFETY: null address and length pointers ask for no peer address.
         let conn = syscall!(accept(fd, std::ptr::null_mut(), std::ptr::null_mut()))?;

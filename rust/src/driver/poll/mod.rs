@@ -299,8 +299,9 @@ impl PollDriver {
                     continue;
                 }
                 let ready = ready_interest(event);
+                let fd = event.token().0 as i32;
                 self.sources
-                    .ready(event.token().0 as i32, ready, out, &mut io);
+                    .ready(fd, ready, event.is_error(), out, &mut io);
             }
         }
         self.counters.completions += (out.len() - start) as u64;

@@ -250,10 +250,17 @@ impl Sources {
     /// that writability satisfies is retried (`io.send`): `Some(result)` (bytes or
     /// `-errno`) completes it, `None` (the kernel refused again) keeps it waiting. An
     /// accept that readability satisfies accepts (`io.accept`) and stays, unless it ended.
+    ///
+    /// `failed`: the fd reported an error (a reset). Then a send is not retried in the
+    /// same event as a reader's completion: the reader runs first and its `recv` meets the
+    /// error, as under asyncio, where the retried send would have taken it and left the
+    /// reader only an end of stream. The send stays armed and is retried at the next
+    /// `wait` (or cancelled by then, when the reader's error closed the transport).
     pub(super) fn ready(
         &mut self,
         fd: RawFd,
         ready: Interest,
+        failed: bool,
         out: &mut Vec<Completion>,
         io: &mut impl Perform,
     ) {
@@ -262,6 +269,7 @@ impl Sources {
         };
         let before = out.len();
         let mut touched = false;
+        let mut read = false;
         let mut ended: Option<Token> = None;
         // Readers first (accepts among them), then writers (sends among them), each in the
         // order they were armed: asyncio's selector loop queues an fd's reader before its
@@ -274,7 +282,11 @@ impl Sources {
                 }
                 touched = true;
                 let result = match op.kind {
-                    OpKind::Poll => i32::from(hit),
+                    OpKind::Poll => {
+                        read |= readers;
+                        i32::from(hit)
+                    }
+                    OpKind::Send(_) if failed && read => return true,
                     OpKind::Send(msg) => match io.send(fd, msg) {
                         Some(result) => result,
                         None => return true,
@@ -361,7 +373,7 @@ mod tests {
         s.set_registered(5, Some(R.add(W)));
 
         let mut out = Vec::new();
-        s.ready(5, W, &mut out, &mut Fake::default());
+        s.ready(5, W, false, &mut out, &mut Fake::default());
         assert_eq!(
             out,
             vec![Completion {
@@ -443,7 +455,7 @@ mod tests {
         // Writable, but the kernel refuses again: the send waits on, the fd is re-armed.
         let mut io = Fake::default();
         let mut out = Vec::new();
-        s.ready(5, W, &mut out, &mut io);
+        s.ready(5, W, false, &mut out, &mut io);
         assert!(out.is_empty() && s.contains(2) && s.contains(1));
         ch.clear();
         s.take_changes(&mut ch);
@@ -451,7 +463,7 @@ mod tests {
 
         // Readable and writable: the reader completes first, then the send with its bytes.
         io.send_result = Some(300);
-        s.ready(5, R.add(W), &mut out, &mut io);
+        s.ready(5, R.add(W), false, &mut out, &mut io);
         assert_eq!(io.sends, vec![(5, 0x1000), (5, 0x1000)]);
         assert_eq!(
             out,
@@ -480,7 +492,7 @@ mod tests {
         // Readable alone does not retry a send.
         let mut out = Vec::new();
         let mut io = Fake::default();
-        s.ready(6, R, &mut out, &mut io);
+        s.ready(6, R, false, &mut out, &mut io);
         assert!(out.is_empty() && s.contains(4) && io.sends.is_empty());
         assert_eq!(s.remove(4), Some(OpKind::Send(0x2000)));
         assert!(!s.contains(4));
@@ -503,11 +515,11 @@ mod tests {
         let mut io = Fake::default();
         let mut out = Vec::new();
         // Writable alone does not accept.
-        s.ready(3, W, &mut out, &mut io);
+        s.ready(3, W, false, &mut out, &mut io);
         assert!(io.accepts.is_empty());
         // Readable: accepts, stays, and the fd is re-armed for the next connections.
-        s.ready(3, R, &mut out, &mut io);
-        s.ready(3, R, &mut out, &mut io);
+        s.ready(3, R, false, &mut out, &mut io);
+        s.ready(3, R, false, &mut out, &mut io);
         assert_eq!(io.accepts, vec![(3, 7), (3, 7)]);
         assert!(out.is_empty() && s.contains(7));
         let mut ch = Vec::new();
@@ -519,7 +531,7 @@ mod tests {
         assert_eq!(ch, vec![(3, armed)]);
         // An accept that ends (an error) leaves the table.
         io.accept_ends = true;
-        s.ready(3, R, &mut out, &mut io);
+        s.ready(3, R, false, &mut out, &mut io);
         assert!(!s.contains(7) && out.is_empty());
         ch.clear();
         s.take_changes(&mut ch);
@@ -527,5 +539,51 @@ mod tests {
         // Cancelled: removed, and the caller learns it was an accept.
         s.add_accept(8, 3);
         assert_eq!(s.remove(8), Some(OpKind::Accept));
+    }
+
+    #[test]
+    fn after_a_reset_the_reader_goes_before_a_waiting_send() {
+        let mut s = Sources::default();
+        s.add(1, 5, R);
+        s.set_registered(5, Some(R));
+        s.add_send(2, 5, 0x1000);
+        let mut io = Fake {
+            send_result: Some(-libc::ECONNRESET),
+            ..Fake::default()
+        };
+        let mut out = Vec::new();
+        // A reset with a reader armed: only the reader completes; the send is not tried.
+        s.ready(5, R.add(W), true, &mut out, &mut io);
+        assert_eq!(
+            out,
+            vec![Completion {
+                token: 1,
+                result: 1
+            }]
+        );
+        assert!(io.sends.is_empty() && s.contains(2));
+        let mut ch = Vec::new();
+        s.take_changes(&mut ch);
+        assert_eq!(
+            ch,
+            vec![(
+                5,
+                Change::Arm {
+                    registered: true,
+                    interest: W
+                }
+            )]
+        );
+        // The next report, with no reader armed: the send is tried and takes the error.
+        out.clear();
+        s.ready(5, R.add(W), true, &mut out, &mut io);
+        assert_eq!(io.sends, vec![(5, 0x1000)]);
+        assert_eq!(
+            out,
+            vec![Completion {
+                token: 2,
+                result: -libc::ECONNRESET
+            }]
+        );
     }
 }

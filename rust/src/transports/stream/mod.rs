@@ -76,6 +76,9 @@ struct State {
     /// took the reset's error, so its completion reports it (or, if it succeeded, delivers
     /// the end of stream).
     eof_after_send: bool,
+    /// The send in flight failed with `ECONNRESET` (its `_on_sent` is queued): the reset's
+    /// error went to the send, so a receive now meets only the end of stream.
+    send_reset: bool,
     /// `abort()` (or a fatal error) while a send was in flight: its bytes are freed when it
     /// completes.
     aborted: bool,
@@ -215,6 +218,7 @@ impl StreamCore {
                 send_token: None,
                 flush_scheduled: false,
                 eof_after_send: false,
+                send_reset: false,
                 aborted: false,
                 hdr: Box::default(),
             }),

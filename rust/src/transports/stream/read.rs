@@ -145,7 +145,12 @@ impl StreamCore {
         // A reset meets the first call on the socket: asyncio's next `recv` raises
         // ECONNRESET, but a send in flight took the error already and the receive sees
         // only the end. That send's completion reports it (`on_sent`).
-        if self.state.with(py, |s| s.send_token.is_some()) && sock::tcp_closed(self.fd) {
+        // Known from the send's own result where it already came (every platform), else
+        // asked of the kernel (Linux's TCP_INFO).
+        let (in_flight, reset) = self
+            .state
+            .with(py, |s| (s.send_token.is_some(), s.send_reset));
+        if in_flight && (reset || sock::tcp_closed(self.fd)) {
             self.state.with(py, |s| s.eof_after_send = true);
             return self.stop_reading(py);
         }

@@ -215,6 +215,9 @@ impl StreamCore {
         let py = slf.py();
         let this = slf.get();
         let sent = this.state.with(py, |s| {
+            if result == -libc::ECONNRESET {
+                s.send_reset = true;
+            }
             let quiet = result > 0
                 && !s.aborted
                 && s.base.shell.is_some()
@@ -246,6 +249,7 @@ impl StreamCore {
         let this = slf.get();
         let (lost, sent_chunks) = this.state.with(py, |s| {
             s.send_token = None;
+            s.send_reset = false;
             if s.aborted || s.base.shell.is_none() {
                 // Aborted (or detached) while the kernel read the bytes: free them now.
                 s.forget_queue();
