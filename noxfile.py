@@ -80,13 +80,6 @@ def tests(session: nox.Session) -> None:
     _pytest(session, "tests", *session.posargs)
     # Once more in asyncio debug mode, as uvloop does.
     _pytest(session, "tests", "-x", env={"PYTHONASYNCIODEBUG": "1"})
-    # The other io_uring path: the transport tests on uring with sends inside write().
-    transports = [
-        "tests/test_transports.py",
-        "tests/test_streams.py",
-        "tests/test_io_differential.py",
-    ]
-    _pytest(session, *transports, env={"RSLOOP_URING_SEND": "0", "RSLOOP_TEST_BACKENDS": "uring"})
     # The stream tests with rsloop's fast streams off, and with asyncio's classes rebound.
     streams = ["tests/test_streams.py", "tests/test_fast_streams.py"]
     _pytest(session, *streams, env={"RSLOOP_FAST_STREAMS": "0"})

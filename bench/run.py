@@ -41,7 +41,6 @@ ALL_LOOPS = [
     "pypi-rsloop",
     "rsloop-nostats",
     "rsloop-mimalloc",
-    "rsloop-directsend",
     "rsloop-asynciostreams",
     "rsloop-glibcmalloc",
     "rsloop-base",
@@ -52,7 +51,6 @@ OURS = (
     "rsloop-poll",
     "rsloop-nostats",
     "rsloop-mimalloc",
-    "rsloop-directsend",
     "rsloop-asynciostreams",
     "rsloop-glibcmalloc",
     "rsloop-base",
@@ -204,15 +202,10 @@ def child_command(args, loop: str, workload: str, n: int, warm: int):
     env.pop("PYTHONASYNCIODEBUG", None)
     env["PYTHONHASHSEED"] = "0"
     python = args.python
-    env.pop("RSLOOP_URING_SEND", None)
     env.pop("RSLOOP_FAST_STREAMS", None)
     env.pop("RSLOOP_TUNE_MALLOC", None)
     if loop == "rsloop-poll":
         env["RSLOOP_BACKEND"] = "poll"
-    elif loop == "rsloop-directsend":
-        # io_uring with each write sent inside write() (RSLOOP_URING_SEND=0), as before
-        # ring sends became the default: measures what gathering the writes brings.
-        env["RSLOOP_URING_SEND"] = "0"
     elif loop == "rsloop-asynciostreams":
         # asyncio.open_connection / start_server hand out asyncio's own reader and writer
         # (RSLOOP_FAST_STREAMS=0): measures what rsloop's fast streams bring.

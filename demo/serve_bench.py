@@ -11,8 +11,8 @@ Each (repeat, route) serves every loop once, interleaved (A B C A B C), each in 
 connections) warms the server up, then measures. The table shows medians over the
 repeats, the ratio of the medians to uvloop's and the median of the ratios within each
 repeat (the loops of one repeat run back to back, so that ratio cancels a slow phase of a
-shared machine). ``--loops`` may add ``rsloop-directsend`` (rsloop with
-``RSLOOP_URING_SEND=0``); JSON and a PNG chart (if matplotlib is installed) go to
+shared machine). ``--loops`` may add ``rsloop-poll`` (rsloop on its ``poll`` backend,
+``RSLOOP_BACKEND=poll``); JSON and a PNG chart (if matplotlib is installed) go to
 bench/results/. wrk is installed from Debian's packages if missing (apt-get). Linux only.
 """
 
@@ -38,11 +38,10 @@ LOOPS = {
     "asyncio": "asyncio",
     "uvloop": "uvloop",
     "rsloop": "rsloop:new_event_loop",
-    # rsloop sending inside write() instead of with the wait (docs/backends.md), to
-    # measure what gathering the writes brings.
-    "rsloop-directsend": "rsloop:new_event_loop",
+    # rsloop on its portable backend (docs/backends.md).
+    "rsloop-poll": "rsloop:new_event_loop",
 }
-LOOP_ENV = {"rsloop-directsend": {"RSLOOP_URING_SEND": "0"}}
+LOOP_ENV = {"rsloop-poll": {"RSLOOP_BACKEND": "poll"}}
 ROUTES = {"json": "/json", "text": "/text", "fanout": "/fanout?n=10"}
 START_S = 30.0
 

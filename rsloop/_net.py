@@ -181,7 +181,7 @@ class NetMixin:
 
 
 class _Acceptor:
-    """One listening socket's multishot accept (io_uring): the kernel accepts, each new
+    """One listening socket's multishot accept (both native drivers): each new
     connection's fd comes to :meth:`_on_accept`, and asyncio's own
     ``_accept_connection2`` makes its transport, as after ``sock.accept()`` in asyncio's
     ``_accept_connection``. Errors are handled as asyncio handles ``accept()``'s."""

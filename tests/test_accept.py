@@ -1,9 +1,11 @@
-"""How servers accept: bursts of connections, running out of fds, and the io_uring
-multishot accept's fallback to readiness.
+"""How servers accept: bursts of connections, running out of fds, and the multishot
+accept's fallback to readiness.
 
-On ``uring`` a server's listening socket is accepted by one multishot ACCEPT in the ring
-(``rsloop/_net.py``'s ``_Acceptor``); elsewhere by asyncio's ``_accept_connection`` on
-readiness. The behaviour tests run on every backend and stdlib asyncio alike.
+On both native backends a server's listening socket is accepted by one multishot accept
+(``rsloop/_net.py``'s ``_Acceptor``): an ACCEPT in the ring on ``uring``, the driver's own
+``accept4`` loop on readiness on ``poll``; on the fallback, by asyncio's
+``_accept_connection`` on readiness. The behaviour tests run on every backend and stdlib
+asyncio alike.
 """
 
 from __future__ import annotations
@@ -155,9 +157,9 @@ def test_out_of_fds_reports_backs_off_and_accepts_again(loop, handler_log, monke
     run(loop, main())
 
 
-def test_uring_servers_accept_in_the_ring_and_stop_at_close(loop):
-    if getattr(loop, "backend", None) != "uring":
-        pytest.skip("multishot accept is the uring backend's")
+def test_native_servers_accept_by_multishot_accept_and_stop_at_close(loop):
+    if getattr(loop, "backend", None) not in ("uring", "poll"):
+        pytest.skip("multishot accept is the native backends'")
 
     async def main():
         server, addr, _ = await tcp_echo_server(loop)
@@ -171,11 +173,11 @@ def test_uring_servers_accept_in_the_ring_and_stop_at_close(loop):
     run(loop, main())
 
 
-def test_uring_server_falls_back_to_readiness_when_the_kernel_refuses(loop):
+def test_server_falls_back_to_readiness_when_the_accept_is_refused(loop):
     """A kernel without multishot accept answers the first ACCEPT with -EINVAL: that
     server then accepts by readiness, as asyncio does."""
-    if getattr(loop, "backend", None) != "uring":
-        pytest.skip("multishot accept is the uring backend's")
+    if getattr(loop, "backend", None) not in ("uring", "poll"):
+        pytest.skip("multishot accept is the native backends'")
     native_start = loop._accept_start
     refused = []
 
@@ -201,11 +203,11 @@ def test_uring_server_falls_back_to_readiness_when_the_kernel_refuses(loop):
     run(loop, main())
 
 
-def test_uring_accept_errors_reach_the_handler_and_accepting_goes_on(loop, handler_log):
+def test_accept_errors_reach_the_handler_and_accepting_goes_on(loop, handler_log):
     """As asyncio's reader callback does when accept() raises something that is neither
     "try again" nor "out of resources": the loop's handler hears it, the server accepts on."""
-    if getattr(loop, "backend", None) != "uring":
-        pytest.skip("drives the uring acceptor's error path")
+    if getattr(loop, "backend", None) not in ("uring", "poll"):
+        pytest.skip("drives the multishot acceptor's error path")
 
     async def main():
         server, addr, _ = await tcp_echo_server(loop)

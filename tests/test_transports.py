@@ -579,6 +579,43 @@ def test_abort_drops_buffer(loop):
     run(loop, main())
 
 
+def test_abort_while_a_send_waits_for_room_cancels_it(loop):
+    # Under the high-water mark writes leave with the loop's wait as one send; with the
+    # peer not reading, that send waits for room (in the ring on uring, inside the poll
+    # driver on poll). abort() cancels it: connection_lost comes at once, the buffer is
+    # empty, and the peer gets a prefix of the data, never bytes out of order.
+    data = payload(2 * MIB)
+
+    async def main():
+        with listening_socket() as lsock:
+            client = Recorder()
+            tr, _ = await loop.create_connection(lambda: client, *lsock.getsockname())
+            tr.set_write_buffer_limits(high=64 * MIB)
+            shrink_sndbuf(tr)
+            conn, _ = lsock.accept()
+            with conn:
+                tr.write(data)
+                for _ in range(5):
+                    await asyncio.sleep(0)
+                assert 0 < tr.get_write_buffer_size() < len(data)
+                tr.abort()
+                assert tr.get_write_buffer_size() == 0
+                assert await client.wait_lost() is None
+                assert client.names(flow=True) == ["made", "lost"]
+                got = await recv_all(loop, conn)
+            # The loop goes on serving: a fresh connection echoes.
+            tr2, _ = await loop.create_connection(Recorder, *lsock.getsockname())
+            conn2, _ = lsock.accept()
+            with conn2:
+                tr2.write(b"after")
+                assert await recv_exactly(loop, conn2, 5) == b"after"
+            tr2.close()
+        assert 0 < len(got) < len(data)
+        assert got == data[: len(got)]
+
+    run(loop, main())
+
+
 def test_peer_reset_mid_write_gives_connection_reset(loop):
     async def main():
         with listening_socket() as lsock:

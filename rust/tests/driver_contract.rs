@@ -2,6 +2,9 @@
 //! `poll` always; `uring` (plus its old-kernel fallbacks) on Linux, where a ring that cannot
 //! be created fails the tests unless `RSLOOP_EXPECT_NO_URING=1` declares a machine without one.
 //!
+//! `Op::SendMsg` is checked on every driver too: `poll` emulates it inside itself (one
+//! `sendmsg` at once, retried on writability), with io_uring's contract.
+//!
 //! Closed fds, per backend: `poll` refuses a closed fd in `submit` (`EBADF`); `uring`
 //! accepts it and completes the op with `-EBADF` in the next `wait`. Either way: no hang.
 
@@ -571,5 +574,358 @@ fn ops_survive_the_exit_of_the_thread_that_submitted_them() {
         assert!(t.elapsed() < PATIENCE, "{name}");
         d.cancel(1).unwrap();
         quiet(name, &mut d);
+    }
+}
+
+// ----- Op::SendMsg: one sendmsg, one completion (bytes or -errno), on both drivers -----
+
+/// A `msghdr` over owned bytes, alive (and unmoved: boxed) until the send completes, as
+/// `Op::SendMsg`'s contract asks.
+struct Msg {
+    hdr: Box<libc::msghdr>,
+    _iov: Vec<libc::iovec>,
+    _parts: Vec<Vec<u8>>,
+}
+
+impl Msg {
+    fn new(parts: Vec<Vec<u8>>) -> Msg {
+        let mut iov: Vec<libc::iovec> = parts
+            .iter()
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            })
+            .collect();
+        // SAFETY: an all-zero `msghdr` is a valid empty header.
+        let mut hdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        hdr.msg_iov = iov.as_mut_ptr();
+        hdr.msg_iovlen = iov.len() as _;
+        Msg {
+            hdr,
+            _iov: iov,
+            _parts: parts,
+        }
+    }
+
+    fn op(&self, fd: RawFd) -> Op {
+        Op::SendMsg {
+            fd,
+            msg: &*self.hdr as *const libc::msghdr as usize,
+        }
+    }
+}
+
+/// Writes into `a` until its send buffer is full.
+fn fill(a: &UnixStream) {
+    let chunk = vec![0u8; 1 << 16];
+    while (&*a).write(&chunk).is_ok() {}
+}
+
+/// Reads everything `b` has now (it is non-blocking); returns the byte count.
+fn drain(b: &UnixStream) -> usize {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0;
+    while let Ok(n) = (&*b).read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    total
+}
+
+#[test]
+fn send_msg_completes_with_the_bytes_sent_in_order() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        let msg = Msg::new(vec![
+            b"hello ".to_vec(),
+            b"gathered ".to_vec(),
+            b"world".to_vec(),
+        ]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 20)], "{name}");
+        let mut got = [0u8; 32];
+        let n = b.read(&mut got).unwrap();
+        assert_eq!(&got[..n], b"hello gathered world", "{name}");
+        // The same token can be used again once its completion came.
+        let again = Msg::new(vec![b"!".to_vec()]);
+        d.submit(1, again.op(a.as_raw_fd())).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 1)], "{name}");
+    });
+}
+
+#[test]
+fn send_msg_waits_for_room_then_completes_once_partially() {
+    each(|name, d| {
+        let (a, b) = pair();
+        fill(&a);
+        let big = 1 << 20;
+        let msg = Msg::new(vec![vec![7u8; big]]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        // The kernel refused (EAGAIN): no completion until there is room.
+        quiet(name, d);
+        let mut drained = drain(&b);
+        let got = collect(d, 1);
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        let sent = got[0].result;
+        assert!(got[0].token == 1 && sent > 0, "{name}: {got:?}");
+        // One sendmsg: what fit, never the whole megabyte through a small socket buffer.
+        assert!((sent as usize) < big, "{name}: {sent}");
+        quiet(name, d);
+        // Exactly those bytes arrived, and nothing else is sent later.
+        std::thread::sleep(Duration::from_millis(20));
+        drained += drain(&b);
+        let mut rest = Vec::new();
+        d.wait(Some(Duration::ZERO), &mut rest).unwrap();
+        drained += drain(&b);
+        assert!(rest.is_empty(), "{name}: {rest:?}");
+        assert!(drained >= sent as usize, "{name}: {drained} < {sent}");
+        drop(msg);
+    });
+}
+
+#[test]
+fn send_msg_waiting_for_room_is_cancelled_with_ecanceled() {
+    each(|name, d| {
+        let (a, b) = pair();
+        fill(&a);
+        let msg = Msg::new(vec![vec![9u8; 4096]]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        quiet(name, d);
+        d.cancel(1).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, -libc::ECANCELED)], "{name}");
+        // Cancelled before the kernel took anything: none of its bytes ever arrive.
+        let mut buf = vec![0u8; 1 << 16];
+        let mut nines = 0;
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < deadline {
+            match (&b).read(&mut buf) {
+                Ok(n) => nines += buf[..n].iter().filter(|&&x| x == 9).count(),
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        assert_eq!(nines, 0, "{name}");
+        quiet(name, d);
+        drop(msg);
+    });
+}
+
+#[test]
+fn send_msg_to_a_closed_peer_fails_with_epipe() {
+    each(|name, d| {
+        let (a, b) = pair();
+        drop(b);
+        let msg = Msg::new(vec![b"late".to_vec()]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        let got = collect(d, 1);
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        let r = got[0].result;
+        assert!(
+            r == -libc::EPIPE || r == -libc::ECONNRESET,
+            "{name}: {got:?}"
+        );
+    });
+}
+
+#[test]
+fn send_msg_waiting_for_room_fails_when_the_peer_closes() {
+    each(|name, d| {
+        let (a, b) = pair();
+        fill(&a);
+        let msg = Msg::new(vec![vec![1u8; 4096]]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        quiet(name, d);
+        drop(b);
+        let got = collect(d, 1);
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        let r = got[0].result;
+        assert!(
+            r == -libc::EPIPE || r == -libc::ECONNRESET,
+            "{name}: {got:?}"
+        );
+    });
+}
+
+#[test]
+fn send_msg_beside_a_reader_and_a_writer_on_the_same_fd() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        fill(&a);
+        let msg = Msg::new(vec![vec![5u8; 4096]]);
+        d.submit(1, poll(a.as_raw_fd(), R)).unwrap();
+        d.submit(2, msg.op(a.as_raw_fd())).unwrap();
+        d.submit(3, poll(a.as_raw_fd(), W)).unwrap();
+        quiet(name, d);
+        // Data for the reader: only the reader completes; the send and writer wait on.
+        b.write_all(b"x").unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, 1)], "{name}");
+        quiet(name, d);
+        // Room: the writer and the send complete, once each.
+        drain(&b);
+        let mut got = collect(d, 2);
+        got.sort_by_key(|c| c.token);
+        assert_eq!(got.len(), 2, "{name}: {got:?}");
+        assert_eq!(got[1], c(3, 2), "{name}");
+        assert_eq!(got[0].token, 2, "{name}: {got:?}");
+        assert!(got[0].result > 0, "{name}: {got:?}");
+        // The reader is re-armed beside nothing else and still sees the unread byte.
+        d.submit(4, poll(a.as_raw_fd(), R)).unwrap();
+        assert_eq!(collect(d, 1), vec![c(4, 1)], "{name}");
+        quiet(name, d);
+    });
+}
+
+#[test]
+fn send_msg_to_a_bad_fd_completes_or_fails_with_ebadf() {
+    each(|name, d| {
+        let msg = Msg::new(vec![b"x".to_vec()]);
+        match d.submit(1, msg.op(-1)) {
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{name}: {e}"),
+            Ok(()) => assert_eq!(collect(d, 1), vec![c(1, -libc::EBADF)], "{name}"),
+        }
+    });
+}
+
+// ----- Op::AcceptMulti: a connection per MultiCompletion, one final, on both drivers -----
+
+/// Waits (bounded) until `n` multishot completions came.
+fn multi_within(d: &mut Driver, n: usize) -> Vec<driver::MultiCompletion> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while out.len() < n && Instant::now() < deadline {
+        let mut done = Vec::new();
+        d.wait(Some(Duration::from_millis(50)), &mut done).unwrap();
+        assert!(done.is_empty(), "{done:?}");
+        d.take_multishot(&mut out);
+    }
+    out
+}
+
+fn accept_multi(fd: RawFd) -> Op {
+    Op::AcceptMulti { fd }
+}
+
+#[test]
+fn accept_multi_delivers_connections_then_cancels() {
+    use std::net::{TcpListener, TcpStream};
+    each(|name, d| {
+        if !d.supports_accept_multi() {
+            eprintln!("{name}: no multishot accept on this kernel");
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // One connection waits before the accept starts, two come after.
+        let mut clients = vec![TcpStream::connect(addr).unwrap()];
+        d.submit(5, accept_multi(listener.as_raw_fd())).unwrap();
+        clients.extend((0..2).map(|_| TcpStream::connect(addr).unwrap()));
+        let got = multi_within(d, 3);
+        assert_eq!(got.len(), 3, "{name}: {got:?}");
+        for c in &got {
+            assert!(c.token == 5 && c.more && c.result >= 0, "{name}: {c:?}");
+            // SAFETY: F_GETFL/F_GETFD take no pointer argument; the fd is ours.
+            let (fl, fdfl) = unsafe {
+                (
+                    libc::fcntl(c.result, libc::F_GETFL),
+                    libc::fcntl(c.result, libc::F_GETFD),
+                )
+            };
+            assert!(fl & libc::O_NONBLOCK != 0, "{name}: blocking fd");
+            assert!(fdfl & libc::FD_CLOEXEC != 0, "{name}: inheritable fd");
+        }
+        // Each fd is a client's peer: bytes written by every client arrive on one of them.
+        for client in &mut clients {
+            client.write_all(b"hi").unwrap();
+        }
+        let mut total = 0;
+        for c in &got {
+            // SAFETY: the accepted fd is the caller's, owned from here on.
+            let mut s = UnixStreamLike(unsafe { OwnedFd::from_raw_fd(c.result) });
+            total += s.read_within(PATIENCE);
+        }
+        assert_eq!(total, 6, "{name}");
+        d.cancel(5).unwrap();
+        let last = multi_within(d, 1);
+        assert_eq!(
+            last.iter().map(|c| (c.result, c.more)).collect::<Vec<_>>(),
+            vec![(-libc::ECANCELED, false)],
+            "{name}"
+        );
+        // Cancelled: a new client is not accepted.
+        let _late = TcpStream::connect(addr).unwrap();
+        let (mut done, mut multi) = (Vec::new(), Vec::new());
+        d.wait(Some(QUIET), &mut done).unwrap();
+        d.take_multishot(&mut multi);
+        assert!(
+            done.is_empty() && multi.is_empty(),
+            "{name}: {done:?} {multi:?}"
+        );
+        d.cancel(5).unwrap();
+        quiet(name, d);
+    });
+}
+
+#[test]
+fn accept_multi_on_a_socket_that_does_not_listen_ends_with_einval() {
+    each(|name, d| {
+        if !d.supports_accept_multi() {
+            return;
+        }
+        let (_a, b) = pair();
+        d.submit(6, accept_multi(b.as_raw_fd())).unwrap();
+        let got = multi_within(d, 1);
+        assert_eq!(
+            got.iter()
+                .map(|c| (c.token, c.result, c.more))
+                .collect::<Vec<_>>(),
+            vec![(6, -libc::EINVAL, false)],
+            "{name}"
+        );
+    });
+}
+
+#[test]
+fn dropping_a_driver_closes_connections_no_one_took() {
+    use std::net::{TcpListener, TcpStream};
+    each(|name, d| {
+        if !d.supports_accept_multi() {
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        d.submit(8, accept_multi(listener.as_raw_fd())).unwrap();
+        d.submit_now().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // Reaped or not, the connection was never taken: dropping the driver closes it.
+        let mut ignored = Vec::new();
+        d.wait(Some(Duration::ZERO), &mut ignored).unwrap();
+        let mut spare = driver::select(Requested::Poll).unwrap().0;
+        std::mem::swap(d, &mut spare);
+        drop(spare);
+        client.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut buf = [0u8; 1];
+        assert_eq!(client.read(&mut buf).unwrap(), 0, "{name}: not closed");
+    });
+}
+
+/// An accepted fd read as a stream, bounded in time.
+struct UnixStreamLike(OwnedFd);
+
+impl UnixStreamLike {
+    fn read_within(&mut self, patience: Duration) -> usize {
+        let deadline = Instant::now() + patience;
+        let mut buf = [0u8; 16];
+        loop {
+            // SAFETY: reads into a live local buffer from an fd we own.
+            let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n > 0 {
+                return n as usize;
+            }
+            assert!(Instant::now() < deadline, "no bytes");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }

@@ -110,11 +110,6 @@ impl LoopHandle {
         self.core.remove_watcher_fd(py, fd, side)
     }
 
-    /// Whether transports send through the ring on this loop.
-    pub fn ring_sends(&self) -> bool {
-        self.core.ring_sends()
-    }
-
     /// A transport wrote: call `flush(owner)` just before the next wait.
     pub fn mark_dirty(&self, py: Python<'_>, owner: Py<PyAny>, flush: FlushHook) {
         self.core

@@ -130,10 +130,6 @@ pub struct LoopCore {
     /// Timers follow the loop's Python `time` (patched on the instance or overridden in a
     /// subclass), as asyncio's `_run_once` calls `self.time()`; set by `rsloop.Loop`.
     pub python_time: AtomicBool,
-    /// Transports on io_uring send through the ring: an iteration's writes leave together,
-    /// with the wait (`RSLOOP_URING_SEND=0` sends inside `write()` instead; see
-    /// `docs/compatibility.md`).
-    pub ring_sends_allowed: bool,
     /// The virtual clock (`rsloop.testing.VirtualClock`) that replaces the monotonic one,
     /// if the loop was made with one; set before the core is shared, never changed.
     pub vclock: Option<Arc<clock::VirtualClock>>,
@@ -158,7 +154,6 @@ impl LoopCore {
             stats: Stats::default(),
             clock_resolution: crate::sys::clock::resolution(),
             python_time: AtomicBool::new(false),
-            ring_sends_allowed: std::env::var_os("RSLOOP_URING_SEND").is_none_or(|v| v != "0"),
             vclock: None,
         }
     }
@@ -258,7 +253,8 @@ impl LoopCore {
     }
 
     /// Starts a multishot accept on the listening socket `fd` whose connections (fds) go
-    /// to `callback`; `None` when the driver has none (the server accepts by readiness).
+    /// to `callback`; `None` when the driver has none (a kernel without multishot accept, the
+    /// one case left: the server accepts by readiness).
     pub fn accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
         let supported = lock(&self.driver)
             .as_ref()
@@ -270,15 +266,6 @@ impl LoopCore {
             self.queues
                 .with(py, |q| q.streams.start_accept(fd, callback)),
         )
-    }
-
-    /// Whether transports send through the ring (gathered per iteration, sent with the wait)
-    /// rather than inside `write()`.
-    pub fn ring_sends(&self) -> bool {
-        self.ring_sends_allowed
-            && lock(&self.driver)
-                .as_ref()
-                .is_some_and(|d| d.supports_send_msg())
     }
 
     /// Stops an accept started by `accept_start` (connections the kernel had already

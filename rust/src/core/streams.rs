@@ -1,4 +1,4 @@
-//! Multishot accepts of the servers (io_uring) and the transports' ring sends: which
+//! Multishot accepts of the servers and the transports' sends (both drivers): which
 //! callback gets which completion.
 //! Owns: the token → operation table, arming and cancelling at the next flush, deciding
 //! what each completion means for its owner. Not: the kernel side (`driver/`), what the
@@ -58,7 +58,7 @@ pub enum Action<C = Py<PyAny>> {
     Deliver(C),
 }
 
-/// The table of multishot accepts, and of the transports' sends (io_uring).
+/// The table of multishot accepts, and of the transports' sends.
 pub struct Streams<C = Py<PyAny>> {
     by_token: IntMap<Token, Accept<C>>,
     next: Token,

@@ -4,7 +4,8 @@
 //!
 //! Contract shared by both backends (checked by `rust/tests/driver_contract.rs`):
 //! - `submit` queues an operation; nothing reaches the kernel before the next `wait`
-//!   (the `poll` backend may register a new fd at once so that a bad fd fails early);
+//!   (the `poll` backend may register a new fd at once so that a bad fd fails early, and
+//!   makes a send's first `sendmsg` at once: its completion still comes from `wait`);
 //! - every submitted operation yields exactly one final completion, `-ECANCELED` when
 //!   `cancel` won the race (a multishot accept yields others before its final one);
 //! - `wait(Some(ZERO))` with nothing queued makes no syscall on `uring`;
@@ -138,36 +139,23 @@ impl Driver {
         }
     }
 
-    /// Whether [`Op::SendMsg`] can be submitted (io_uring: SENDMSG is older than every
-    /// other opcode the driver needs).
-    pub fn supports_send_msg(&self) -> bool {
-        match self {
-            #[cfg(uring)]
-            Driver::Uring(_) => true,
-            Driver::Poll(_) => false,
-        }
-    }
-
-    /// Whether [`Op::AcceptMulti`] can be submitted (io_uring on Linux 5.19+, probed; a
+    /// Whether [`Op::AcceptMulti`] can be submitted: always on `poll`, which performs it
+    /// itself (on Unix); on io_uring where the kernel has it (Linux 5.19+, probed; a
     /// listening socket whose accept the kernel still refuses answers `-EINVAL`).
     pub fn supports_accept_multi(&self) -> bool {
         match self {
             #[cfg(uring)]
             Driver::Uring(d) => d.supports_accept_multi(),
-            Driver::Poll(_) => false,
+            Driver::Poll(_) => cfg!(unix),
         }
     }
 
     /// Moves the multishot completions reaped by the last `wait` into `out`.
-    // A Vec, not a slice: the uring driver appends to it.
-    #[cfg_attr(not(uring), allow(clippy::ptr_arg))]
     pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
         match self {
             #[cfg(uring)]
             Driver::Uring(d) => d.take_multishot(out),
-            Driver::Poll(_) => {
-                let _ = out;
-            }
+            Driver::Poll(d) => d.take_multishot(out),
         }
     }
 
@@ -228,7 +216,7 @@ impl Driver {
         match self {
             #[cfg(uring)]
             Driver::Uring(d) => d.retire(),
-            Driver::Poll(_) => Vec::new(),
+            Driver::Poll(d) => d.retire(),
         }
     }
 

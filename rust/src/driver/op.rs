@@ -5,10 +5,12 @@
 //! Every operation is completion-style: it is submitted under a caller-chosen [`Token`] and
 //! later yields exactly one final [`Completion`] with that token (a result or `-errno`,
 //! `-ECANCELED` when it was cancelled first). The exception is the multishot
-//! [`Op::AcceptMulti`] (io_uring only): one [`MultiCompletion`] per accepted connection,
-//! exactly one of them final (`more == false`); the `poll` driver refuses it, and servers
-//! accept by readiness there (tested in `rust/tests/driver_uring.rs`). Receives are
-//! readiness plus `recv` on both drivers (docs/decisions/0004-one-io-model.md).
+//! [`Op::AcceptMulti`]: one [`MultiCompletion`] per accepted connection, exactly one of
+//! them final (`more == false`). Both drivers take every op: the `poll` driver performs a
+//! send itself, retrying on writability inside the driver, and an accept as an `accept4`
+//! loop on each readability (`rust/tests/driver_contract.rs` checks both drivers against
+//! one contract).
+//! Receives are readiness plus `recv` on both drivers (docs/decisions/0004-one-io-model.md).
 
 use crate::sys::RawFd;
 
@@ -67,9 +69,9 @@ pub enum Op {
         /// What to wait for; never empty.
         interest: Interest,
     },
-    /// Multishot accept (`uring` only, where
-    /// [`supports_accept_multi`](super::Driver::supports_accept_multi) says so; `poll`
-    /// refuses it with `Unsupported` and servers accept by readiness there). Unlike `Poll`
+    /// Multishot accept (where [`supports_accept_multi`](super::Driver::supports_accept_multi)
+    /// says so: `poll` on Unix, which emulates it; `uring` on kernels with it, 5.19+; servers
+    /// accept by readiness elsewhere). What is waiting is accepted at once. Unlike `Poll`
     /// it yields a [`MultiCompletion`] per accepted connection, taken with
     /// [`take_multishot`](super::Driver::take_multishot), whose `result` is the new fd (opened
     /// non-blocking and close-on-exec, owned by the caller from then on) or `-errno`; the
@@ -78,10 +80,14 @@ pub enum Op {
         /// The listening socket; the caller keeps it open until the final completion.
         fd: RawFd,
     },
-    /// One `sendmsg` (`uring` only, like `AcceptMulti`): completes with the bytes sent or
-    /// `-errno`. `msg` is the address of a `libc::msghdr` whose iovecs point at the bytes;
-    /// the caller keeps the header, the iovec array and the bytes valid and unchanged until
-    /// the completion (the kernel may read them until then).
+    /// One `sendmsg` (`MSG_NOSIGNAL`): completes with the bytes sent, which may be fewer
+    /// than offered (one send, never a loop), or `-errno` (`-EPIPE`/`-ECONNRESET` from a
+    /// closed peer, `-EBADF`, `-ECANCELED` after a cancel). A send the socket has no room
+    /// for waits until it has (io_uring's internal poll; the `poll` driver's own retry on
+    /// writability, beside the fd's other ops). `msg` is the address of a `libc::msghdr`
+    /// whose iovecs point at the bytes; the caller keeps the header, the iovec array and
+    /// the bytes valid and unchanged until the completion (the kernel may read them until
+    /// then).
     SendMsg {
         /// The stream socket.
         fd: RawFd,

@@ -329,10 +329,10 @@ impl Loop {
         super::sock::sendall(slf, sock, data)
     }
 
-    /// Starts a multishot accept on the listening socket `fd` (io_uring): `callback(n)`
+    /// Starts a multishot accept on the listening socket `fd` (both drivers): `callback(n)`
     /// runs once per new connection with its fd (`n >= 0`, non-blocking, the callback's to
-    /// own) and once with the `-errno` that ends the accept early. `None` when the backend
-    /// accepts by readiness only.
+    /// own) and once with the `-errno` that ends the accept early. `None` when the driver
+    /// has none (a ring on a kernel without multishot accept): accept by readiness.
     fn _accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> PyResult<Option<u64>> {
         self.accept_start(py, fd, callback)
     }

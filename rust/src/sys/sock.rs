@@ -84,6 +84,58 @@ pub fn send_vectored(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// One `sendmsg` of a header built beforehand (`SendHeader::point_at`), with
+/// `MSG_DONTWAIT`: the `poll` driver's `Op::SendMsg`. Never blocks, even on a blocking
+/// socket, and never raises `SIGPIPE` where the platform has `MSG_NOSIGNAL`.
+///
+/// # Safety
+/// `msg` must point at a valid `msghdr` whose iovecs point at readable bytes, all alive
+/// and unchanged until this returns.
+pub unsafe fn send_header_nowait(fd: RawFd, msg: *const libc::msghdr) -> io::Result<usize> {
+    // SAFETY: the caller guarantees the header, its iovecs and the bytes for the call; the
+    // kernel only reads them.
+    let n = syscall!(sendmsg(fd, msg, SEND_FLAGS | libc::MSG_DONTWAIT))?;
+    Ok(n as usize)
+}
+
+/// Accepts one connection on the listening socket `fd`, without blocking: the new fd,
+/// non-blocking and close-on-exec (as io_uring's accept makes it), owned by the caller.
+/// The peer's address is not asked for (`getpeername`). The `poll` driver's
+/// `Op::AcceptMulti`.
+pub fn accept_nowait(fd: RawFd) -> io::Result<RawFd> {
+    // The "portable" build runs macOS's path, as for `SEND_FLAGS`.
+    #[cfg(all(
+        any(target_os = "linux", target_os = "android", target_os = "freebsd"),
+        not(feature = "portable")
+    ))]
+    {
+        let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+        // SAFETY: null address and length pointers ask for no peer address.
+        syscall!(accept4(
+            fd,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            flags
+        ))
+    }
+    #[cfg(any(
+        not(any(target_os = "linux", target_os = "android", target_os = "freebsd")),
+        feature = "portable"
+    ))]
+    {
+        // SAFETY: null address and length pointers ask for no peer address.
+        let conn = syscall!(accept(fd, std::ptr::null_mut(), std::ptr::null_mut()))?;
+        let set = super::fd::set_nonblocking(conn, true)
+            // SAFETY: F_SETFD takes an int flag argument.
+            .and_then(|()| syscall!(fcntl(conn, libc::F_SETFD, libc::FD_CLOEXEC)).map(drop));
+        if let Err(e) = set {
+            super::fd::close_raw(conn);
+            return Err(e);
+        }
+        Ok(conn)
+    }
+}
+
 /// `shutdown(fd, SHUT_WR)`: half-close, the peer reads end of stream.
 pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     // SAFETY: no pointer arguments.

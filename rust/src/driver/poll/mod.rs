@@ -1,12 +1,16 @@
 //! The portable readiness driver: mio (epoll on Linux, kqueue on macOS/BSD, IOCP on Windows).
 //! Owns: the `mio::Poll`, its reused `Events`, the `mio::Waker`, and turning edge-triggered
-//! readiness into the one-shot Poll completions of `op.rs`. Not: the per-fd table
-//! (`sources.rs`), anything the loop decides.
+//! readiness into the completions of `op.rs`: one-shot Poll ops; `SendMsg` emulated (tried
+//! at once, retried on writability inside the driver, one completion either way, as
+//! io_uring's); `AcceptMulti` emulated (`accept4` at once and on each readability, one
+//! `MultiCompletion` per connection). Not: the per-fd table (`sources.rs`), anything the
+//! loop decides.
 //!
 //! Behaviour the contract leaves to each backend:
 //! - a closed fd fails in `submit` with `EBADF` when the fd is new to the driver; if the driver
 //!   still has it registered (an earlier op on it), the op completes with `-EBADF` or
 //!   `-ENOENT` in the next `wait` instead;
+//! - a send to a closed fd completes with `-EBADF` (io_uring's answer), not a refusal;
 //! - regular files and directories fail in `submit` with `EPERM` (epoll refuses them);
 //! - on Windows, fds are not supported yet: `submit` of a Poll op returns `Unsupported`.
 
@@ -16,10 +20,10 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
+use crate::driver::op::{Completion, DriverCounters, Interest, MultiCompletion, Op, Token};
 #[cfg(unix)]
 use sources::Added;
-use sources::{Change, Sources};
+use sources::{Change, OpKind, Perform, Sources};
 
 #[cfg(unix)]
 use crate::sys::RawFd;
@@ -29,6 +33,11 @@ const TOKEN_WAKER: mio::Token = mio::Token(usize::MAX);
 
 /// How many readiness events one `wait` takes from the kernel at most.
 const EVENTS_CAPACITY: usize = 256;
+
+/// Connections one readiness of a listening socket accepts at most (asyncio's default
+/// backlog): the rest wait for the next `wait`, which reports the socket again.
+#[cfg(unix)]
+const ACCEPT_BATCH: usize = 100;
 
 /// A thread-safe handle that interrupts [`PollDriver::wait`].
 #[derive(Clone)]
@@ -52,6 +61,9 @@ pub struct PollDriver {
     /// Completions made without the kernel (cancel, failed re-registration), delivered by the
     /// next `wait`, which then does not block.
     pending: Vec<Completion>,
+    /// Accepted connections and accept ends, for `take_multishot`; a `wait` with some
+    /// here does not block.
+    multi: Vec<MultiCompletion>,
     /// Scratch for `Sources::take_changes`.
     changes: Vec<(i32, Change)>,
     counters: DriverCounters,
@@ -69,6 +81,7 @@ impl PollDriver {
             events: mio::Events::with_capacity(EVENTS_CAPACITY),
             sources: Sources::default(),
             pending: Vec::new(),
+            multi: Vec::new(),
             changes: Vec::new(),
             counters: DriverCounters::default(),
             pid: std::process::id(),
@@ -76,21 +89,121 @@ impl PollDriver {
     }
 
     /// Queues `op` under `token`. A new fd is registered at once, so a bad fd fails here.
+    /// A send is tried at once (see [`submit_send`](Self::submit_send)).
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
         match op {
             Op::Poll { fd, interest } => self.submit_poll(token, fd, interest),
-            // Readiness drivers go by readiness: callers check `supports_send_msg` and
-            // `supports_accept_multi`.
-            Op::AcceptMulti { .. } | Op::SendMsg { .. } => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "driver: the poll backend reads, writes and accepts by readiness",
-            )),
+            Op::SendMsg { fd, msg } => self.submit_send(token, fd, msg),
+            Op::AcceptMulti { fd } => self.submit_accept(token, fd),
         }
+    }
+
+    /// `Op::AcceptMulti` emulated, as io_uring performs it: what is waiting is accepted at
+    /// once, then the listening socket waits for readability in the fd's table (beside
+    /// any other op on it); each time it is readable the driver accepts what is
+    /// waiting (up to `ACCEPT_BATCH`, non-blocking and close-on-exec), each connection a
+    /// `MultiCompletion` with `more`. An accept error other than "nothing left"
+    /// (`EAGAIN`, `ECONNABORTED`, `EINTR`) ends it with a final `-errno`; a cancel with a
+    /// final `-ECANCELED`.
+    #[cfg(unix)]
+    fn submit_accept(&mut self, token: Token, fd: RawFd) -> io::Result<()> {
+        check_token(token)?;
+        self.check_new(token, fd)?;
+        self.counters.submissions += 1;
+        // As the ring does: what is waiting is accepted now, and a socket that cannot
+        // accept (not listening: EINVAL) ends the op at once rather than waiting forever.
+        let mut io = Kernel {
+            multi: &mut self.multi,
+        };
+        if io.accept(fd, token) {
+            return Ok(());
+        }
+        let added = self.sources.add_accept(token, fd);
+        if let Err(e) = self.register_new(token, fd, added) {
+            let code = e.raw_os_error().unwrap_or(libc::EIO);
+            self.multi.push(MultiCompletion {
+                token,
+                result: -code,
+                more: false,
+            });
+        }
+        Ok(())
+    }
+
+    #[cfg(not(unix))]
+    fn submit_accept(&mut self, token: Token, _fd: crate::sys::RawFd) -> io::Result<()> {
+        check_token(token)?;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "poll driver: accepting on raw fds is not supported on this platform yet",
+        ))
+    }
+
+    /// Moves the accepted connections and accept ends of the last `wait` into `out`.
+    pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
+        out.append(&mut self.multi);
+    }
+
+    /// Returns the connections accepted but not yet taken, whose fds are now the caller's;
+    /// the ops in flight end with the driver (nothing of the kernel's to reap here).
+    pub fn retire(&mut self) -> Vec<MultiCompletion> {
+        std::mem::take(&mut self.multi)
     }
 
     #[cfg(unix)]
     fn submit_poll(&mut self, token: Token, fd: RawFd, interest: Interest) -> io::Result<()> {
         check_op(token, interest)?;
+        self.check_new(token, fd)?;
+        let added = self.sources.add(token, fd, interest);
+        self.register_new(token, fd, added)
+    }
+
+    /// `Op::SendMsg` emulated, as io_uring performs it: one `sendmsg` now (non-blocking,
+    /// `MSG_NOSIGNAL`); if the kernel takes bytes or fails, that is the completion, delivered
+    /// by the next `wait`. If it would block, the send waits in the fd's table beside any
+    /// reader or writer (one mio registration, interests merged) and is retried each time
+    /// the fd is writable, until it takes bytes or fails; a cancel meanwhile ends it with
+    /// `-ECANCELED`. Either way one final completion, never a partial retry: a short send
+    /// completes with the bytes the kernel took, as the ring's does.
+    #[cfg(unix)]
+    fn submit_send(&mut self, token: Token, fd: RawFd, msg: usize) -> io::Result<()> {
+        check_token(token)?;
+        if msg == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "driver: SendMsg without a msghdr",
+            ));
+        }
+        self.check_new(token, fd)?;
+        self.counters.submissions += 1;
+        if let Some(result) = try_send(fd, msg) {
+            self.pending.push(Completion { token, result });
+            return Ok(());
+        }
+        let added = self.sources.add_send(token, fd, msg);
+        if let Err(e) = self.register_new(token, fd, added) {
+            // The kernel's answer, as the ring would give it: a completion, not a refusal.
+            let code = e.raw_os_error().unwrap_or(libc::EIO);
+            self.pending.push(Completion {
+                token,
+                result: -code,
+            });
+        }
+        Ok(())
+    }
+
+    #[cfg(not(unix))]
+    fn submit_send(&mut self, token: Token, _fd: crate::sys::RawFd, _msg: usize) -> io::Result<()> {
+        check_token(token)?;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "poll driver: sending on raw fds is not supported on this platform yet",
+        ))
+    }
+
+    /// Refuses a token already in flight and a negative fd.
+    #[cfg(unix)]
+    fn check_new(&self, token: Token, fd: RawFd) -> io::Result<()> {
         if self.sources.contains(token) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -100,7 +213,14 @@ impl PollDriver {
         if fd < 0 {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
-        if let Added::Register(interest) = self.sources.add(token, fd, interest) {
+        Ok(())
+    }
+
+    /// Registers `fd` with mio now if `added` asks for it (an fd new to the driver), so a
+    /// bad fd fails at once; on failure the op under `token` is forgotten.
+    #[cfg(unix)]
+    fn register_new(&mut self, token: Token, fd: RawFd, added: Added) -> io::Result<()> {
+        if let Added::Register(interest) = added {
             self.counters.submissions += 1;
             let res = self.poll.registry().register(
                 &mut mio::unix::SourceFd(&fd),
@@ -135,11 +255,17 @@ impl PollDriver {
     /// Removes the op under `token`; its `-ECANCELED` completion comes with the next `wait`.
     /// Unknown (or already completed) tokens are ignored.
     pub fn cancel(&mut self, token: Token) -> io::Result<()> {
-        if self.sources.remove(token) {
-            self.pending.push(Completion {
+        match self.sources.remove(token) {
+            None => {}
+            Some(OpKind::Accept) => self.multi.push(MultiCompletion {
                 token,
                 result: -ECANCELED,
-            });
+                more: false,
+            }),
+            Some(_) => self.pending.push(Completion {
+                token,
+                result: -ECANCELED,
+            }),
         }
         Ok(())
     }
@@ -148,7 +274,7 @@ impl PollDriver {
     /// and appends the completions to `out`.
     pub fn wait(&mut self, timeout: Option<Duration>, out: &mut Vec<Completion>) -> io::Result<()> {
         self.apply_changes();
-        let timeout = if self.pending.is_empty() {
+        let timeout = if self.pending.is_empty() && self.multi.is_empty() {
             timeout
         } else {
             Some(Duration::ZERO)
@@ -165,12 +291,17 @@ impl PollDriver {
                     return Err(e);
                 }
             }
+            let mut io = Kernel {
+                multi: &mut self.multi,
+            };
             for event in self.events.iter() {
                 if event.token() == TOKEN_WAKER {
                     continue;
                 }
                 let ready = ready_interest(event);
-                self.sources.ready(event.token().0 as i32, ready, out);
+                let fd = event.token().0 as i32;
+                self.sources
+                    .ready(fd, ready, event.is_error(), out, &mut io);
             }
         }
         self.counters.completions += (out.len() - start) as u64;
@@ -212,7 +343,8 @@ impl PollDriver {
                             Ok(()) => self.sources.set_registered(fd, Some(interest)),
                             Err(e) => {
                                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                                self.sources.fail_fd(fd, errno, &mut self.pending);
+                                let (out, multi) = (&mut self.pending, &mut self.multi);
+                                self.sources.fail_fd(fd, errno, out, multi);
                             }
                         }
                     }
@@ -258,6 +390,12 @@ impl Drop for PollDriver {
             not(feature = "portable")
         ));
         let close = !self.is_inherited() || epoll;
+        // Connections accepted that no one took: ours to close (a forked child's copies too).
+        for c in self.multi.drain(..) {
+            if c.result >= 0 {
+                crate::sys::close_raw(c.result);
+            }
+        }
         if close {
             // SAFETY: the fields are dropped exactly once, here, and never used again.
             unsafe {
@@ -274,13 +412,18 @@ const ECANCELED: i32 = libc::ECANCELED;
 #[cfg(not(unix))]
 const ECANCELED: i32 = 105;
 
-fn check_op(token: Token, interest: Interest) -> io::Result<()> {
+fn check_token(token: Token) -> io::Result<()> {
     if token == u64::MAX {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "driver: token u64::MAX is reserved",
         ));
     }
+    Ok(())
+}
+
+fn check_op(token: Token, interest: Interest) -> io::Result<()> {
+    check_token(token)?;
     if interest.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -288,6 +431,83 @@ fn check_op(token: Token, interest: Interest) -> io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The kernel work of sends and accepts that readiness makes (`sources::Perform`).
+struct Kernel<'a> {
+    // Off Unix no accept runs (the driver refuses fds).
+    #[cfg_attr(not(unix), allow(dead_code))]
+    multi: &'a mut Vec<MultiCompletion>,
+}
+
+impl Perform for Kernel<'_> {
+    fn send(&mut self, fd: crate::sys::RawFd, msg: usize) -> Option<i32> {
+        try_send(fd, msg)
+    }
+
+    #[cfg(unix)]
+    fn accept(&mut self, fd: RawFd, token: Token) -> bool {
+        for _ in 0..ACCEPT_BATCH {
+            match crate::sys::sock::accept_nowait(fd) {
+                Ok(conn) => self.multi.push(MultiCompletion {
+                    token,
+                    result: conn,
+                    more: true,
+                }),
+                Err(e) => {
+                    let code = e.raw_os_error().unwrap_or(libc::EIO);
+                    // asyncio's "nothing to accept now": wait for the next readiness.
+                    if [
+                        libc::EAGAIN,
+                        libc::EWOULDBLOCK,
+                        libc::ECONNABORTED,
+                        libc::EINTR,
+                    ]
+                    .contains(&code)
+                    {
+                        return false;
+                    }
+                    self.multi.push(MultiCompletion {
+                        token,
+                        result: -code,
+                        more: false,
+                    });
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    #[cfg(not(unix))]
+    fn accept(&mut self, _fd: crate::sys::RawFd, _token: Token) -> bool {
+        false
+    }
+}
+
+/// One try of a send: `Some(bytes or -errno)`, or `None` if the kernel would block.
+#[cfg(unix)]
+fn try_send(fd: RawFd, msg: usize) -> Option<i32> {
+    loop {
+        // SAFETY: `Op::SendMsg`'s contract: the caller keeps the `msghdr` at `msg`, its
+        // iovecs and the bytes valid and unchanged until the op's completion, which has not
+        // been delivered yet (this try makes it).
+        let res = unsafe { crate::sys::sock::send_header_nowait(fd, msg as *const libc::msghdr) };
+        return match res {
+            Ok(n) => Some(i32::try_from(n).unwrap_or(i32::MAX)),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(code) if code == libc::EAGAIN || code == libc::EWOULDBLOCK => None,
+                Some(code) => Some(-code),
+                None => Some(-libc::EIO),
+            },
+        };
+    }
+}
+
+#[cfg(not(unix))]
+fn try_send(_fd: crate::sys::RawFd, _msg: usize) -> Option<i32> {
+    Some(-ECANCELED)
 }
 
 #[cfg(unix)]

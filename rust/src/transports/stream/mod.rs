@@ -1,16 +1,18 @@
 //! `StreamCore`: the per-packet half of a TCP or Unix stream transport.
 //! Owns: its state, the methods Python calls (reading in `read.rs`: `data_received` /
 //! `get_buffer`+`buffer_updated`; writing in `write.rs`: the write queue and its vectored
-//! flushes, at once or through the ring), `write_eof`, and the stream's steps of closing
+//! sends, one `Op::SendMsg` per iteration on both drivers), `write_eof`, and the stream's steps of closing
 //! (what happens to queued bytes and a send in flight).
 //! Not: the water marks and the `close`/`_force_close`/`pause_reading` state machine
 //! shared with the datagram core (`common.rs`); the transport object Python sees
 //! (`rsloop._transports.SocketTransport`, which forwards its hot methods here and keeps the
 //! cold ones: extra info, repr, `connection_lost` and socket close, error reporting).
 //!
-//! Behaviour is asyncio's `_SelectorSocketTransport` step for step: one receive per
-//! readiness, a write that can leave at once leaves at once, the rest queues and leaves in
-//! one `sendmsg` per writability.
+//! Behaviour is asyncio's `_SelectorSocketTransport`'s as its user sees it: one receive
+//! per readiness; an iteration's writes leave together in one `sendmsg` with the loop's
+//! wait (the driver retries it on writability if the socket is full), and wherever
+//! asyncio's would differ by sending inside `write()` (past the high-water mark, at
+//! `close()`, at `abort()`), the gathered bytes go to the kernel there and then.
 
 mod read;
 mod write;
@@ -64,18 +66,19 @@ struct State {
     /// The last readiness receive was large (`BIG_READ` or more): the next one goes
     /// straight into its own `bytes` rather than through the scratch buffer.
     big_reads: bool,
-    /// Writes go through the ring: gathered during an iteration, sent with the wait as one
-    /// `sendmsg` SQE, at most one in flight (io_uring); else sent at once by `sendmsg`.
-    ring_sends: bool,
-    /// The send in flight (ring mode); the queue's front bytes are the kernel's until it
-    /// completes, so nothing frees them before.
+    /// The send in flight (writes are gathered during an iteration and leave with the wait
+    /// as one `Op::SendMsg`, at most one in flight); the queue's front bytes are the
+    /// kernel's until it completes, so nothing frees them before.
     send_token: Option<u64>,
     /// `_flush` is registered for the next wait.
     flush_scheduled: bool,
-    /// Reading met the end of a reset connection while a ring send was in flight: the send
+    /// Reading met the end of a reset connection while a send was in flight: the send
     /// took the reset's error, so its completion reports it (or, if it succeeded, delivers
     /// the end of stream).
     eof_after_send: bool,
+    /// The send in flight failed with `ECONNRESET` (its `_on_sent` is queued): the reset's
+    /// error went to the send, so a receive now meets only the end of stream.
+    send_reset: bool,
     /// `abort()` (or a fatal error) while a send was in flight: its bytes are freed when it
     /// completes.
     aborted: bool,
@@ -108,11 +111,14 @@ impl TransportCore for StreamCore {
 
     /// The fd's reader.
     fn stop_reading(&self, py: Python<'_>) -> PyResult<()> {
-        self.unwatch(py, Side::Read)
+        self.loop_.remove_watcher(py, self.fd, Side::Read)?;
+        Ok(())
     }
 
-    fn stop_writing(&self, py: Python<'_>) -> PyResult<()> {
-        self.unwatch(py, Side::Write)
+    /// Nothing to stop: a stream transport never waits for writability itself (a send
+    /// the socket has no room for waits inside the driver).
+    fn stop_writing(&self, _py: Python<'_>) -> PyResult<()> {
+        Ok(())
     }
 
     /// Bytes a send in flight still reads stay until it completes (cancelled here);
@@ -122,7 +128,7 @@ impl TransportCore for StreamCore {
             s.aborted = true;
             let in_flight = s.send_token;
             let mut sent = write::Sent::default();
-            if in_flight.is_none() && s.ring_sends {
+            if in_flight.is_none() {
                 // These bytes were gathered for the next wait; asyncio would have handed
                 // them to the kernel inside write(). Give the kernel what it takes now, as
                 // it would have then; drop the rest.
@@ -138,25 +144,19 @@ impl TransportCore for StreamCore {
         drop(dropped);
         match in_flight {
             Some(token) => self.loop_.send_cancel(py, token),
-            None => self.unwatch(py, Side::Write),
+            None => Ok(()),
         }
     }
 }
 
 impl StreamCore {
-    fn watch(&self, slf: &Bound<'_, Self>, side: Side) -> PyResult<()> {
+    /// Installs `_read_ready` as the fd's reader (the only watcher a stream transport
+    /// uses: its sends wait for room inside the driver).
+    fn watch_read(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
-        let name = match side {
-            Side::Read => intern!(py, "_read_ready"),
-            Side::Write => intern!(py, "_write_ready"),
-        };
-        let cb = slf.getattr(name)?.unbind();
-        self.loop_.add_watcher(py, self.fd, side, cb, Args::Zero)?;
-        Ok(())
-    }
-
-    fn unwatch(&self, py: Python<'_>, side: Side) -> PyResult<()> {
-        self.loop_.remove_watcher(py, self.fd, side)?;
+        let cb = slf.getattr(intern!(py, "_read_ready"))?.unbind();
+        self.loop_
+            .add_watcher(py, self.fd, Side::Read, cb, Args::Zero)?;
         Ok(())
     }
 
@@ -204,7 +204,6 @@ impl StreamCore {
     ) -> PyResult<Self> {
         let loop_ = LoopHandle::of(loop_)?;
         let buffered = protocol.bind(py).is_instance(buffered_protocol_type(py)?)?;
-        let ring_sends = loop_.ring_sends();
         Ok(StreamCore {
             fd,
             loop_,
@@ -216,10 +215,10 @@ impl StreamCore {
                 queued: 0,
                 empty_waiter: None,
                 big_reads: false,
-                ring_sends,
                 send_token: None,
                 flush_scheduled: false,
                 eof_after_send: false,
+                send_reset: false,
                 aborted: false,
                 hdr: Box::default(),
             }),
@@ -344,18 +343,13 @@ impl StreamCore {
         Self::write(slf, &joined)
     }
 
-    /// The fd is writable: one vectored send of the queue.
-    fn _write_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
-        Self::write_ready(slf)
-    }
-
-    /// Ring mode, just before the loop waits: one `sendmsg` of everything queued (up to
+    /// Just before the loop waits: one `sendmsg` of everything queued (up to
     /// 1024 slices), submitted with the wait. At most one send is in flight.
     fn _flush(slf: &Bound<'_, Self>) -> PyResult<()> {
         Self::flush_ring(slf)
     }
 
-    /// Ring mode: the send in flight ended with `result` (bytes sent, or `-errno`).
+    /// The send in flight ended with `result` (bytes sent, or `-errno`).
     fn _on_sent(slf: &Bound<'_, Self>, result: i32) -> PyResult<()> {
         Self::on_sent(slf, result)
     }
@@ -381,11 +375,11 @@ impl StreamCore {
     // ----- closing -----
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        // Ring mode, bytes gathered for the next wait and none in flight: asyncio would have
+        // Bytes gathered for the next wait and none in flight: asyncio would have
         // handed them to the kernel inside write(), and its close() sees an empty buffer if
         // the kernel took them all. Hand them over now, to decide the same way.
         let sent = self.state.with(py, |s| {
-            if !s.base.closing && s.ring_sends && s.send_token.is_none() && !s.queue.is_empty() {
+            if !s.base.closing && s.send_token.is_none() && !s.queue.is_empty() {
                 s.send_queued(py, self.fd).1
             } else {
                 write::Sent::default()

@@ -16,7 +16,6 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyType};
 
 use super::StreamCore;
-use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::ffi::buffer::{recv_bytes, recv_into_buffer};
 use crate::sys::malloc::heap_serves;
@@ -64,7 +63,7 @@ impl StreamCore {
     /// buffer (no copy), and bytes no protocol took stay in the kernel, as with asyncio (a
     /// failing protocol's socket then closes with an RST, not a FIN).
     pub(super) fn start_read(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
-        self.watch(slf, Side::Read)
+        self.watch_read(slf)
     }
 
     /// One readiness receive of up to `MAX_READ` bytes. A small one lands in the thread's
@@ -144,9 +143,14 @@ impl StreamCore {
     pub(super) fn on_eof(&self, slf: &Bound<'_, Self>, protocol: Py<PyAny>) -> PyResult<()> {
         let py = slf.py();
         // A reset meets the first call on the socket: asyncio's next `recv` raises
-        // ECONNRESET, but a ring send in flight took the error already and the receive sees
+        // ECONNRESET, but a send in flight took the error already and the receive sees
         // only the end. That send's completion reports it (`on_sent`).
-        if self.state.with(py, |s| s.send_token.is_some()) && sock::tcp_closed(self.fd) {
+        // Known from the send's own result where it already came (every platform), else
+        // asked of the kernel (Linux's TCP_INFO).
+        let (in_flight, reset) = self
+            .state
+            .with(py, |s| (s.send_token.is_some(), s.send_reset));
+        if in_flight && (reset || sock::tcp_closed(self.fd)) {
             self.state.with(py, |s| s.eof_after_send = true);
             return self.stop_reading(py);
         }

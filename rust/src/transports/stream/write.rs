@@ -1,6 +1,7 @@
-//! The writing half of `StreamCore`: the write queue, a write that leaves at once or
-//! queues, vectored flushes on writability, and (ring mode) writes gathered per iteration
-//! and sent as one `sendmsg` SQE with the wait.
+//! The writing half of `StreamCore`: the write queue, and writes gathered per iteration
+//! and sent as one `Op::SendMsg` with the wait, at most one in flight per transport, on
+//! both drivers (io_uring's SENDMSG; the `poll` driver's own `sendmsg`, retried on
+//! writability inside it).
 //! Owns: what happens to bytes between `write()` and the kernel. Not: the closing state
 //! machine (`common.rs`), reading (`read.rs`).
 
@@ -13,18 +14,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 
 use super::{State, StreamCore};
-use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::ffi::buffer::buffer_to_vec;
 use crate::sys::sock::{self, MAX_IOV};
 use crate::transports::common::{would_block, Chunk, TransportCore, LOST_WRITES_LOG_THRESHOLD};
-
-/// What a write found: go on, or report a Python-side action.
-enum WriteStep {
-    Done,
-    Queued,
-    Failed(io::Error),
-}
 
 /// A queued chunk and how much of it the kernel already took.
 pub(super) struct Pending {
@@ -117,7 +110,7 @@ impl State {
 }
 
 impl StreamCore {
-    /// `write(data)`: asyncio's `_SelectorSocketTransport.write`, or gathered for the ring.
+    /// `write(data)`: asyncio's `_SelectorSocketTransport.write`, gathered for the next wait.
     pub(super) fn write_data(slf: &Bound<'_, Self>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
@@ -131,14 +124,9 @@ impl StreamCore {
                 data.get_type().name()?
             )));
         }
-        let (eof, sendfile, lost, idle) = this.state.with(py, |s| {
-            (
-                s.eof,
-                s.empty_waiter.is_some(),
-                s.base.conn_lost,
-                s.queue.is_empty(),
-            )
-        });
+        let (eof, sendfile, lost) = this
+            .state
+            .with(py, |s| (s.eof, s.empty_waiter.is_some(), s.base.conn_lost));
         if eof {
             return Err(PyRuntimeError::new_err(
                 "Cannot call write() after write_eof()",
@@ -169,91 +157,36 @@ impl StreamCore {
             this.state.with(py, |s| s.base.conn_lost += 1);
             return Ok(());
         }
-        let (ring_sends, gather) = this.state.with(py, |s| {
+        let gather = this.state.with(py, |s| {
             // Gathering is only for bytes that cannot make flow control differ from
             // asyncio's: while the buffer stays at or under the high-water mark, or while
             // a send is in flight (the kernel has refused nothing yet; asyncio's buffer is
             // not empty either).
             let within = !s.base.marks.above_high(s.queued + view.len());
-            (s.ring_sends, s.send_token.is_some() || within)
+            s.send_token.is_some() || within
         });
-        if ring_sends {
-            // Gathered, and sent with the next wait (see `_flush`): the bytes count as
-            // buffered until the kernel took them. Past the high-water mark, everything
-            // gathered goes to the kernel now instead, as asyncio's write() hands it over;
-            // only what the kernel refuses stays buffered.
-            this.queue_rest(py, bytes, view, 0);
-            if !gather {
-                let (res, sent) = this.flush(py);
-                drop(sent);
-                if let Err(e) = res {
-                    if !would_block(&e) {
-                        let message = "Fatal write error on socket transport";
-                        return this.fatal(py, os_error(&e), message);
-                    }
+        // Gathered, and sent with the next wait (see `_flush`): the bytes count as
+        // buffered until the kernel took them. Past the high-water mark, everything
+        // gathered goes to the kernel now instead, as asyncio's write() hands it over;
+        // only what the kernel refuses stays buffered.
+        this.queue_rest(py, bytes, view, 0);
+        if !gather {
+            let (res, sent) = this.flush(py);
+            drop(sent);
+            if let Err(e) = res {
+                if !would_block(&e) {
+                    let message = "Fatal write error on socket transport";
+                    return this.fatal(py, os_error(&e), message);
                 }
             }
-            if this.state.with(py, |s| !s.queue.is_empty()) {
-                this.schedule_flush(slf);
-            }
-            return this.maybe_pause_protocol(py);
         }
-        let step = if idle {
-            match sock::send_vectored(this.fd, &[IoSlice::new(view)]) {
-                Ok(n) if n == view.len() => WriteStep::Done,
-                Ok(n) => {
-                    this.queue_rest(py, bytes, view, n);
-                    WriteStep::Queued
-                }
-                Err(e) if would_block(&e) => {
-                    this.queue_rest(py, bytes, view, 0);
-                    WriteStep::Queued
-                }
-                Err(e) => WriteStep::Failed(e),
-            }
-        } else {
-            this.queue_rest(py, bytes, view, 0);
-            WriteStep::Done
-        };
-        match step {
-            WriteStep::Done if idle => return Ok(()),
-            WriteStep::Done => {}
-            WriteStep::Queued => this.watch(slf, Side::Write)?,
-            WriteStep::Failed(e) => {
-                return this.fatal(py, os_error(&e), "Fatal write error on socket transport")
-            }
+        if this.state.with(py, |s| !s.queue.is_empty()) {
+            this.schedule_flush(slf);
         }
         this.maybe_pause_protocol(py)
     }
 
-    /// The fd is writable: one vectored send of the queue.
-    pub(super) fn write_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let this = slf.get();
-        let (lost, empty) = this
-            .state
-            .with(py, |s| (s.base.conn_lost, s.queue.is_empty()));
-        if lost > 0 || empty {
-            return Ok(());
-        }
-        let (res, sent) = this.flush(py);
-        drop(sent);
-        match res {
-            Err(e) if would_block(&e) => return Ok(()),
-            Err(e) => {
-                this.unwatch(py, Side::Write)?;
-                return this.write_failed(py, &e);
-            }
-            Ok(_) => {}
-        }
-        if !this.queue_drained(py)? {
-            return Ok(());
-        }
-        this.unwatch(py, Side::Write)?;
-        this.finish_writes(py)
-    }
-
-    /// Ring mode, just before the loop waits: one `sendmsg` of everything queued (up to
+    /// Just before the loop waits: one `sendmsg` of everything queued (up to
     /// 1024 slices), submitted with the wait. At most one send is in flight.
     pub(super) fn flush_ring(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
@@ -273,7 +206,7 @@ impl StreamCore {
         Ok(())
     }
 
-    /// Ring mode, as the loop reaps the completion: a send that took bytes, on a transport
+    /// As the loop reaps the completion: a send that took bytes, on a transport
     /// with nothing to tell its protocol or a waiter (not paused for flow control, not
     /// closing, no `write_eof()`, no `loop.sendfile`, no reset pending), is bookkeeping
     /// only: the sent bytes leave the queue, and what was gathered since leaves with the
@@ -282,6 +215,9 @@ impl StreamCore {
         let py = slf.py();
         let this = slf.get();
         let sent = this.state.with(py, |s| {
+            if result == -libc::ECONNRESET {
+                s.send_reset = true;
+            }
             let quiet = result > 0
                 && !s.aborted
                 && s.base.shell.is_some()
@@ -307,12 +243,13 @@ impl StreamCore {
         true
     }
 
-    /// Ring mode: the send in flight ended with `result` (bytes sent, or `-errno`).
+    /// The send in flight ended with `result` (bytes sent, or `-errno`).
     pub(super) fn on_sent(slf: &Bound<'_, Self>, result: i32) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
         let (lost, sent_chunks) = this.state.with(py, |s| {
             s.send_token = None;
+            s.send_reset = false;
             if s.aborted || s.base.shell.is_none() {
                 // Aborted (or detached) while the kernel read the bytes: free them now.
                 s.forget_queue();
@@ -415,7 +352,7 @@ impl StreamCore {
         Ok(())
     }
 
-    /// Ring mode: make sure `_flush` runs before the next wait (unless a send is in flight:
+    /// Make sure `_flush` runs before the next wait (unless a send is in flight:
     /// its completion schedules the next).
     pub(super) fn schedule_flush(&self, slf: &Bound<'_, Self>) {
         let py = slf.py();
