@@ -1,5 +1,6 @@
 //! The loop core: decides WHEN Python code runs.
-//! Owns: the ready queue, the timer heap, fd watchers, the driver slot, run/stop/close state.
+//! Owns: the driver slot, run/stop/close state, the queues' cell (the queues and their
+//! scheduling rules: `queues.rs`).
 //! Not: kernel calls (`driver/`), the Python-facing argument checks (`py/`).
 //!
 //! Threading: one thread runs the loop; other threads may only post through
@@ -10,12 +11,12 @@
 pub mod backend;
 pub mod clock;
 pub mod handle;
+pub mod queues;
 pub mod run;
 pub mod stats;
 pub mod streams;
 pub mod watchers;
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -26,10 +27,8 @@ use pyo3::PyTraverseError;
 use crate::driver::{Driver, Requested, Waker};
 use crate::ffi::gil::GilCell;
 use crate::handles::{lock, Handle, TimerHandle};
-use crate::timers::TimerHeap;
+pub use queues::{Queues, FREE_HANDLES_BUSY, FREE_HANDLES_IDLE, MAX_WAIT_SECS};
 use stats::Stats;
-use streams::Streams;
-use watchers::Watchers;
 
 /// Another reference to the same object: what the core's tables (`watchers.rs`,
 /// `streams.rs`) need of what they hold to hand it out, generic so that their rules are
@@ -49,9 +48,6 @@ impl<T> Share for Py<T> {
     }
 }
 
-/// asyncio's `MAXIMUM_SELECT_TIMEOUT`: never wait longer than a day at once.
-pub const MAX_WAIT_SECS: f64 = 24.0 * 3600.0;
-
 /// Which backend a loop runs on and why.
 #[derive(Clone, Debug)]
 pub struct BackendInfo {
@@ -60,40 +56,6 @@ pub struct BackendInfo {
     /// Why a requested or preferred backend was not used, if it was not.
     pub reason: Option<String>,
 }
-
-/// The queues, under one lock: the loop takes it three times per iteration (before the
-/// wait, after it, and to re-check before sleeping), a scheduling call once.
-#[derive(Default)]
-pub struct Queues {
-    /// Callbacks ready to run, in order. Also the cross-thread inbox: `call_soon_threadsafe`
-    /// appends here exactly as asyncio appends to `_ready`, and the loop takes the whole
-    /// queue in one swap per iteration.
-    pub ready: VecDeque<Py<Handle>>,
-    /// Scheduled timers.
-    pub timers: TimerHeap<Py<TimerHandle>>,
-    /// fd watchers.
-    pub watchers: Watchers,
-    /// Multishot accepts of servers and ring sends of stream transports (io_uring).
-    pub streams: Streams,
-    /// Finished handles nobody else referenced, emptied, for `call_soon` to reuse: a
-    /// freelist, like CPython's for its own small objects. Saves an allocation and a
-    /// garbage-collector count per callback.
-    pub free: Vec<Py<Handle>>,
-    /// The same for timers (their deadline is re-set on reuse).
-    pub free_timers: Vec<Py<TimerHandle>>,
-}
-
-/// Finished handles wait on the freelist for reuse without a fixed cap while the loop is
-/// busy: a burst of a million callbacks is followed by the next one, which then takes
-/// every handle from the freelist instead of from the allocator (whose fresh arenas cost a
-/// page fault per 4 KiB, and whose emptied ones go back to the kernel). What a spike left
-/// is released once it is over (`LoopCore::trim_after_spike`): within about a second,
-/// the freelist shrinks to twice the largest batch the loop ran meanwhile, and never
-/// below this many...
-pub const FREE_HANDLES_BUSY: usize = 65536;
-/// ...and to this many once the loop has sat idle for a second, so an idle loop holds at
-/// most ~200 KiB of spare handles.
-pub const FREE_HANDLES_IDLE: usize = 1024;
 
 /// State of one event loop.
 pub struct LoopCore {
@@ -295,8 +257,8 @@ impl LoopCore {
             out.extend(timers.into_iter().map(Py::into_any));
             out.extend(q.watchers.clear());
             out.extend(q.streams.clear());
-            out.extend(q.free.drain(..).map(Py::into_any));
-            out.extend(q.free_timers.drain(..).map(Py::into_any));
+            out.extend(q.free.drain().map(Py::into_any));
+            out.extend(q.free_timers.drain().map(Py::into_any));
             out
         });
         for obj in &out {

@@ -12,20 +12,14 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::clock::{Plan, VirtualClock};
+use super::queues::{is_due, wait_timeout, watch_for_idle, SpikeWatch, IDLE_SECS};
 use super::streams::{Action, FlushHook, Streams};
 use super::watchers::DriverWork;
-use super::{LoopCore, Queues, FREE_HANDLES_BUSY, FREE_HANDLES_IDLE, MAX_WAIT_SECS};
+use super::{LoopCore, Queues, FREE_HANDLES_IDLE};
 use crate::driver::{Completion, MultiCompletion, Op, Token};
 use crate::errors::os_error;
 use crate::ffi::python::{context_is_empty, has_weakrefs, refcnt};
 use crate::handles::{lock, Args, Handle, RunOutcome, TimerHandle};
-use crate::timers::should_compact;
-
-/// A loop that has waited this long with nothing to do is idle: its handle freelists are
-/// trimmed to their idle size. A longer (or unbounded) wait is cut to this length while
-/// the freelists hold more than that, so the trim happens after an idle second, never
-/// before a wait that a cross-thread post ends a moment later.
-const IDLE_SECS: f64 = 1.0;
 
 /// Scratch space reused across iterations of one `run_forever`.
 #[derive(Default)]
@@ -47,9 +41,8 @@ pub struct Scratch {
     /// An empty context left by a finished callback that nobody else references: the next
     /// callback scheduled from an empty context runs in it (see `LoopCore::recycle`).
     spare_context: Option<Py<PyAny>>,
-    /// Since when a freelist has held more than `FREE_HANDLES_BUSY`, and the largest
-    /// batch run since (see `LoopCore::trim_after_spike`).
-    spike: Option<(Instant, usize)>,
+    /// Whether a spike left too many spare handles, and since when.
+    spike: SpikeWatch,
 }
 
 impl LoopCore {
@@ -129,11 +122,9 @@ impl LoopCore {
             (now_due, next, q.watchers.in_flight() + q.streams.len())
         });
         // Zero if anything is ready or we are stopping, else until the next timer.
-        let mut timeout = if now_due {
-            Some(0.0)
-        } else {
-            next_deadline.map(|when| wait_for(when - python_now.unwrap_or_else(|| self.time())))
-        };
+        let mut timeout = wait_timeout(now_due, next_deadline, || {
+            python_now.unwrap_or_else(|| self.time())
+        });
         // Virtual time: an idle iteration waits and jumps as the clock says.
         let jump = match &self.vclock {
             Some(clock) if !now_due => virtual_plan(clock, next_deadline, scratch, &mut timeout),
@@ -147,9 +138,7 @@ impl LoopCore {
             && scratch.multi_cancel.is_empty()
             && scratch.sends.is_empty()
             && polls_in_flight == 0;
-        let idle_watch = timeout.is_none_or(|t| t > IDLE_SECS)
-            && jump.is_none()
-            && self.freelists_above_idle(py);
+        let idle_watch = watch_for_idle(timeout) && jump.is_none() && self.freelists_above_idle(py);
         if idle_watch {
             timeout = Some(IDLE_SECS);
         }
@@ -183,12 +172,9 @@ impl LoopCore {
                 }
             };
             let end_time = now + self.clock_resolution;
-            // Not `first < end_time`: a NaN deadline (call_at(nan)) is due, as in asyncio,
-            // where `when >= end_time` is false for it.
-            #[allow(clippy::neg_cmp_op_on_partial_ord)]
-            let due = !(first >= end_time);
-            if due {
-                self.queues.with(py, |q| self.fire_timers(py, q, end_time));
+            if is_due(first, end_time) {
+                let fired = self.queues.with(py, |q| q.fire_timers(py, end_time));
+                self.stats.timers_fired.add(fired);
             }
         }
         if waited {
@@ -201,7 +187,7 @@ impl LoopCore {
             }
         }
         self.queues.with(py, |q| {
-            std::mem::swap(&mut scratch.batch, &mut q.ready);
+            q.take_batch(&mut scratch.batch);
             q.watchers.batch_started();
         });
         scratch.to_drop.clear();
@@ -211,30 +197,14 @@ impl LoopCore {
         Ok(())
     }
 
-    // A burst left more spare handles than the loop keeps while busy: once a second
-    // passed, keep twice the largest batch run since (the next burst of that size takes
-    // all its handles from the freelist) and release the rest. One freelist length check
-    // per iteration otherwise.
+    // A burst left more spare handles than the loop keeps while busy: release them once
+    // it is over (`SpikeWatch`). One freelist length check per iteration otherwise.
+    #[inline]
     fn trim_after_spike(&self, py: Python<'_>, scratch: &mut Scratch, batch: usize) {
-        let spare = self
-            .queues
-            .with(py, |q| q.free.len().max(q.free_timers.len()));
-        if spare <= FREE_HANDLES_BUSY {
-            scratch.spike = None;
-            return;
+        let spare = self.queues.with(py, |q| q.spare());
+        if let Some(keep) = scratch.spike.after_batch(spare, batch, Instant::now) {
+            self.trim_freelists(py, keep);
         }
-        // The batch that left the spare handles does not count: only what ran since.
-        let Some((since, peak)) = scratch.spike.as_mut() else {
-            scratch.spike = Some((Instant::now(), 0));
-            return;
-        };
-        *peak = (*peak).max(batch);
-        if since.elapsed() < Duration::from_secs(1) {
-            return;
-        }
-        let keep = FREE_HANDLES_BUSY.max(2 * *peak);
-        scratch.spike = None;
-        self.trim_freelists(py, keep);
     }
 
     // The wait of an idle iteration under virtual time is over: if it brought nothing
@@ -277,38 +247,12 @@ impl LoopCore {
         now.extract::<f64>().map(Some)
     }
 
-    // mirrors _run_once's first block: compact the heap when cancelled timers dominate,
-    // else pop cancelled ones off the top.
+    // mirrors _run_once's first block (`Queues::drop_cancelled_timers`); the removed
+    // timers are dropped outside the cell.
+    #[inline]
     fn drop_cancelled_timers(&self, py: Python<'_>, q: &mut Queues, scratch: &mut Scratch) {
-        let cancelled = self.cancelled_timers.load(Ordering::Relaxed);
-        if cancelled == 0 {
-            return;
-        }
-        let timers = &mut q.timers;
-        if should_compact(timers.len(), cancelled) {
-            let removed =
-                timers.retain_and_heapify(|t| !t.bind(py).as_super().get().is_cancelled());
-            self.cancelled_timers.store(0, Ordering::Relaxed);
-            for t in removed {
-                t.get().unschedule();
-                Handle::leave_queue(t.bind(py).as_super());
-                scratch.to_drop.push(t.into_any());
-            }
-        } else {
-            while let Some((_, head)) = timers.peek() {
-                if !head.bind(py).as_super().get().is_cancelled() {
-                    break;
-                }
-                if let Some((_, t)) = timers.pop() {
-                    let left = self.cancelled_timers.load(Ordering::Relaxed);
-                    self.cancelled_timers
-                        .store(left.saturating_sub(1), Ordering::Relaxed);
-                    t.get().unschedule();
-                    Handle::leave_queue(t.bind(py).as_super());
-                    scratch.to_drop.push(t.into_any());
-                }
-            }
-        }
+        let to_drop = &mut scratch.to_drop;
+        q.drop_cancelled_timers(py, &self.cancelled_timers, |t| to_drop.push(t.into_any()));
     }
 
     // Hands watcher work to the driver and waits (GIL released only if we may block).
@@ -493,16 +437,6 @@ impl LoopCore {
         self.stats.io_events.add(queued);
     }
 
-    // mirrors _run_once: "Handle 'later' callbacks that are ready."
-    fn fire_timers(&self, py: Python<'_>, q: &mut Queues, end_time: f64) {
-        let Queues { timers, ready, .. } = q;
-        let fired = timers.pop_due(end_time, |t| {
-            t.get().unschedule();
-            ready.push_back(t.into_bound(py).into_super().unbind());
-        });
-        self.stats.timers_fired.add(fired as u64);
-    }
-
     // mirrors _run_once's last block: run exactly what was ready at this point.
     fn run_ready(
         &self,
@@ -541,11 +475,7 @@ impl LoopCore {
                 // KeyboardInterrupt / SystemExit (or a failing warning): leave the rest of the
                 // batch queued in front of anything added since, as asyncio's deque would.
                 Handle::leave_queue(handle.bind(py));
-                self.queues.with(py, |q| {
-                    while let Some(rest) = scratch.batch.pop_back() {
-                        q.ready.push_front(rest);
-                    }
-                });
+                self.queues.with(py, |q| q.put_back(&mut scratch.batch));
                 self.stats.callbacks.add(ran);
                 return Err(fatal);
             }
@@ -616,16 +546,7 @@ impl LoopCore {
     // Keeps at most `keep` spare handles on each freelist and releases the rest (outside
     // the cell: a release can run the collector).
     fn trim_freelists(&self, py: Python<'_>, keep: usize) {
-        let excess = self.queues.with(py, |q| {
-            let mut out: Vec<Py<PyAny>> = Vec::new();
-            if q.free.len() > keep {
-                out.extend(q.free.drain(keep..).map(Py::into_any));
-            }
-            if q.free_timers.len() > keep {
-                out.extend(q.free_timers.drain(keep..).map(Py::into_any));
-            }
-            out
-        });
+        let excess = self.queues.with(py, |q| q.trim_freelists(keep));
         drop(excess);
     }
 
@@ -686,16 +607,6 @@ fn virtual_plan(
     let plan = clock.plan(next_deadline, submitting);
     *timeout = plan.timeout;
     plan.jump_to.map(|_| (plan, Instant::now()))
-}
-
-// asyncio clamps the wait to [0, MAXIMUM_SELECT_TIMEOUT]; a NaN deadline (call_at(nan))
-// counts as due, the way `when >= end_time` is false for it when timers fire.
-fn wait_for(secs: f64) -> f64 {
-    if secs.is_nan() {
-        0.0
-    } else {
-        secs.clamp(0.0, MAX_WAIT_SECS)
-    }
 }
 
 /// A submission the driver could not take now (its queue is full): try again next flush.
