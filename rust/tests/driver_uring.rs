@@ -167,13 +167,7 @@ fn enomem_retries_with_a_smaller_ring() {
             },
         )
         .unwrap();
-        assert_eq!(
-            collect(&mut d, 1),
-            vec![Completion {
-                token: 1,
-                result: 2
-            }]
-        );
+        assert_eq!(collect(&mut d, 1), vec![Completion::last(1, 2)]);
         d.ring_entries()
     });
     assert_eq!(entries, 16);
@@ -239,12 +233,7 @@ fn fork_child_abandons_then_builds_its_own_ring() {
                 if e.write_all(b"x").is_err() {
                     code |= 4;
                 }
-                if collect(&mut mine, 1)
-                    != vec![Completion {
-                        token: 9,
-                        result: 1,
-                    }]
-                {
+                if collect(&mut mine, 1) != vec![Completion::last(9, 1)] {
                     code |= 8;
                 }
             }
@@ -266,13 +255,7 @@ fn fork_child_abandons_then_builds_its_own_ring() {
     b.write_all(b"x").unwrap();
     let mut got = collect(&mut d, 1);
     got.retain(|c| c.token == 1);
-    assert_eq!(
-        got,
-        vec![Completion {
-            token: 1,
-            result: 1
-        }]
-    );
+    assert_eq!(got, vec![Completion::last(1, 1)]);
     // The parent's waker still works.
     let w = d.waker();
     let th = std::thread::spawn(move || {
@@ -312,13 +295,7 @@ fn child_dropping_without_abandon_is_also_safe() {
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
     b.write_all(b"x").unwrap();
-    assert_eq!(
-        collect(&mut d, 1),
-        vec![Completion {
-            token: 1,
-            result: 1
-        }]
-    );
+    assert_eq!(collect(&mut d, 1), vec![Completion::last(1, 1)]);
 }
 
 fn open_fds() -> usize {
@@ -370,18 +347,16 @@ fn setup_reason_names_the_errno_via_select() {
 }
 
 /// Waits until `d` has reaped at least one multishot completion (bounded).
-fn multi_once(d: &mut UringDriver, out: &mut Vec<driver::MultiCompletion>) {
+fn multi_once(d: &mut UringDriver, out: &mut Vec<Completion>) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    let mut polls = Vec::new();
-    while out.is_empty() && Instant::now() < deadline {
-        d.wait(Some(Duration::from_millis(50)), &mut polls)
-            .expect("wait");
-        d.take_multishot(out);
+    let before = out.len();
+    while out.len() == before && Instant::now() < deadline {
+        d.wait(Some(Duration::from_millis(50)), out).expect("wait");
     }
 }
 
 /// Reaps multishot completions until `n` have come (bounded).
-fn multi_within(d: &mut UringDriver, n: usize) -> Vec<driver::MultiCompletion> {
+fn multi_within(d: &mut UringDriver, n: usize) -> Vec<Completion> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut out = Vec::new();
     while out.len() < n && Instant::now() < deadline {

@@ -5,9 +5,8 @@
 
 use pyo3::prelude::*;
 
-use super::streams::Action;
 use super::{BackendInfo, LoopCore};
-use crate::driver::{self, MultiCompletion, Requested};
+use crate::driver::{self, Completion, Requested};
 use crate::handles::lock;
 
 impl LoopCore {
@@ -62,21 +61,18 @@ impl LoopCore {
 
     /// Queues each connection an old ring accepted for its server's callback (closing the
     /// fds of servers that are gone).
-    fn deliver_accepted(&self, py: Python<'_>, accepted: Vec<MultiCompletion>) -> PyResult<()> {
-        let debug = self.debug();
-        for mut c in accepted {
-            // Not final: the accept stays registered (re-armed on the new ring).
-            c.more = true;
-            let (action, gone) = self.queues.with(py, |q| q.streams.complete(py, &c));
-            drop(gone);
-            let Action::Deliver(callback) = action else {
-                crate::sys::close_raw(c.result);
-                continue;
-            };
-            let arg = c.result.into_pyobject(py)?.into_any().unbind();
-            self.queue_call(py, callback, arg, debug)?;
-        }
-        Ok(())
+    fn deliver_accepted(&self, py: Python<'_>, accepted: Vec<Completion>) -> PyResult<()> {
+        let mut to_drop = Vec::new();
+        let mut answers = Vec::new();
+        self.queues.with(py, |q| {
+            for mut c in accepted {
+                // Not final: the accept stays registered (re-armed on the new ring).
+                c.more = true;
+                answers.push((q.route(py, &c, &mut to_drop), c.result));
+            }
+        });
+        drop(to_drop);
+        self.answer(py, &mut answers, None)
     }
 }
 

@@ -12,6 +12,7 @@ pub mod backend;
 pub mod clock;
 pub mod handle;
 pub mod queues;
+pub mod route;
 pub mod run;
 pub mod stats;
 pub mod streams;

@@ -13,10 +13,11 @@ use pyo3::prelude::*;
 
 use super::clock::{Plan, VirtualClock};
 use super::queues::{is_due, wait_timeout, watch_for_idle, SpikeWatch, IDLE_SECS};
-use super::streams::{Action, FlushHook, Streams};
+use super::route::Route;
+use super::streams::FlushHook;
 use super::watchers::DriverWork;
 use super::{LoopCore, Queues, FREE_HANDLES_IDLE};
-use crate::driver::{Completion, MultiCompletion, Op, Token};
+use crate::driver::{Completion, Op, Token};
 use crate::errors::os_error;
 use crate::ffi::python::{context_is_empty, has_weakrefs, refcnt};
 use crate::handles::{lock, Args, Handle, RunOutcome, TimerHandle};
@@ -24,11 +25,14 @@ use crate::handles::{lock, Args, Handle, RunOutcome, TimerHandle};
 /// Scratch space reused across iterations of one `run_forever`.
 #[derive(Default)]
 pub struct Scratch {
+    /// The wait's completions, of every operation, in the order the driver reaped them.
     completions: Vec<Completion>,
-    /// Multishot accept results, for their servers.
-    multi: Vec<MultiCompletion>,
-    /// Send completions for their transports.
-    sent: Vec<Completion>,
+    /// The routes that run outside the tables (accepts' calls, sends' hooks), with their
+    /// results, in the completions' order.
+    answers: Vec<(Route, i32)>,
+    /// Where this iteration's I/O starts in the ready queue: accepted connections are
+    /// queued there, ahead of the watchers' handles, as before any other I/O.
+    io_start: usize,
     batch: VecDeque<Py<Handle>>,
     to_drop: Vec<Py<PyAny>>,
     /// This iteration's driver work, moved out of the tables and drained by the flush;
@@ -155,14 +159,11 @@ impl LoopCore {
         if let Some(jump) = jump {
             self.virtual_jump(py, loop_obj, &jump, scratch)?;
         }
-        // Receives first: asyncio queues an fd's reader before its writer, so a reset
-        // surfaces as the read error (ConnectionResetError), not as the write's EPIPE.
-        self.process_accepted(py, scratch)?;
         let first_deadline = self.queues.with(py, |q| {
-            self.process_completions(py, q, scratch);
+            self.route_completions(py, q, scratch);
             q.timers.peek().map(|(when, _)| when)
         });
-        self.process_sent(py, scratch)?;
+        self.answer(py, &mut scratch.answers, Some(scratch.io_start))?;
         if let Some(first) = first_deadline {
             let now = match self.python_time(loop_obj) {
                 Ok(t) => t.unwrap_or_else(|| self.time()),
@@ -226,8 +227,6 @@ impl LoopCore {
         let waited_enough = threshold <= 0.0 || plan_made.elapsed().as_secs_f64() >= threshold;
         let quiet = waited_enough
             && scratch.completions.is_empty()
-            && scratch.multi.is_empty()
-            && scratch.sent.is_empty()
             && self.queues.with(py, |q| q.ready.is_empty());
         if quiet && clock.jump(plan) {
             let done = loop_obj.getattr(intern!(py, "_virtual_advance_done"))?;
@@ -275,10 +274,7 @@ impl LoopCore {
             if let Err(e) = driver.submit(token, Op::SendMsg { fd, msg }) {
                 // The transport hears the error as the send's result.
                 let code = crate::sys::error_code(&e).unwrap_or(libc::EIO);
-                scratch.sent.push(Completion {
-                    token,
-                    result: -code,
-                });
+                scratch.completions.push(Completion::last(token, -code));
             }
         }
         for token in scratch.multi_cancel.drain(..) {
@@ -291,11 +287,7 @@ impl LoopCore {
                     self.queues.with(py, |q| q.streams.arm_later(token));
                 } else {
                     let code = crate::sys::error_code(&e).unwrap_or(libc::EINVAL);
-                    scratch.multi.push(MultiCompletion {
-                        token,
-                        result: -code,
-                        more: false,
-                    });
+                    scratch.completions.push(Completion::last(token, -code));
                 }
             }
         }
@@ -346,7 +338,6 @@ impl LoopCore {
             driver.wait(wait, completions)
         };
         self.stats.driver.set(driver.counters());
-        driver.take_multishot(&mut scratch.multi);
         drop(slot);
         result.map_err(|e| os_error(&e))?;
         Ok(blocking)
@@ -366,75 +357,111 @@ impl LoopCore {
         }
     }
 
-    // Send completions go to their transport's hook; one with work a user can see becomes
-    // a ready handle calling the transport's `_on_sent(result)`.
-    fn process_sent(&self, py: Python<'_>, scratch: &mut Scratch) -> PyResult<()> {
-        if scratch.sent.is_empty() {
-            return Ok(());
-        }
-        let debug = self.debug();
-        for c in scratch.sent.drain(..) {
-            let Some((owner, sent)) = self.queues.with(py, |q| q.streams.complete_send(c.token))
-            else {
-                continue;
-            };
-            let owner = owner.into_bound(py);
-            if sent(&owner, c.result) {
-                continue;
-            }
-            let callback = owner.getattr(intern!(py, "_on_sent"))?.unbind();
-            let arg = c.result.into_pyobject(py)?.into_any().unbind();
-            self.queue_call(py, callback, arg, debug)?;
-        }
-        Ok(())
-    }
-
-    // Accept completions become ready handles calling their server's callback with the
-    // connection's fd (or the error), queued after this iteration's watcher events.
-    fn process_accepted(&self, py: Python<'_>, scratch: &mut Scratch) -> PyResult<()> {
-        if scratch.multi.is_empty() {
-            return Ok(());
-        }
-        let debug = self.debug();
-        for c in scratch.multi.drain(..) {
-            // An arm the driver refused comes here too, as a final `-errno`.
-            let (action, gone) = self.queues.with(py, |q| q.streams.complete(py, &c));
-            drop(gone);
-            let Action::Deliver(callback) = action else {
-                if c.result >= 0 {
-                    // A connection for a server that is gone (loop closed): no one takes it.
-                    crate::sys::close_raw(c.result);
-                }
-                continue;
-            };
-            let arg = c.result.into_pyobject(py)?.into_any().unbind();
-            self.queue_call(py, callback, arg, debug)?;
-            self.stats.io_events.add(1);
-        }
-        Ok(())
-    }
-
-    fn process_completions(&self, py: Python<'_>, q: &mut Queues, scratch: &mut Scratch) {
+    // Every completion takes one route (`route.rs`). A watcher's handle joins the ready
+    // queue here, inside the cell; what needs Python outside it (a callback's handle to
+    // make, a send's hook) waits in `answers` for `answer`, in the completions' order.
+    fn route_completions(&self, py: Python<'_>, q: &mut Queues, scratch: &mut Scratch) {
+        scratch.io_start = q.ready.len();
         if scratch.completions.is_empty() {
             return;
         }
         let mut queued = 0;
         for c in scratch.completions.drain(..) {
-            if Streams::is_send(c.token) {
-                scratch.sent.push(c);
-                continue;
-            }
-            let (run, removed) = q.watchers.complete(py, c.token, c.result);
-            if let Some(h) = run {
-                q.ready.push_back(h);
-                queued += 1;
-            }
-            if let Some((h, fileobj)) = removed {
-                scratch.to_drop.push(h.into_any());
-                scratch.to_drop.push(fileobj);
+            match q.route(py, &c, &mut scratch.to_drop) {
+                Route::Nothing => {}
+                Route::Run(h) => {
+                    q.ready.push_back(h);
+                    queued += 1;
+                }
+                other => scratch.answers.push((other, c.result)),
             }
         }
         self.stats.io_events.add(queued);
+    }
+
+    // The routes that need Python. An accepted connection becomes a ready handle calling
+    // its server's callback with the fd (or the `-errno` that ended the accept), queued at
+    // `io_start` when given: ahead of the watchers' handles, so a server hears of a
+    // connection before its client's connect completes (the order asyncio's selector loop
+    // gives, in fewer steps). A send's hook settles its completion at once; one with work a
+    // user can see becomes a ready handle calling the transport's `_on_sent(result)`,
+    // after the watchers' handles: asyncio queues an fd's reader before its writer, so a
+    // reset surfaces as the read error (ConnectionResetError), not as a send's EPIPE.
+    pub(super) fn answer(
+        &self,
+        py: Python<'_>,
+        answers: &mut Vec<(Route, i32)>,
+        mut io_start: Option<usize>,
+    ) -> PyResult<()> {
+        if answers.is_empty() {
+            return Ok(());
+        }
+        let debug = self.debug();
+        let mut failed = None;
+        for (route, result) in answers.drain(..) {
+            if failed.is_some() {
+                // An error leaves run_forever, as asyncio's would; the rest is dropped, and
+                // a connection no one will take is closed.
+                if matches!(route, Route::Call(_)) && result >= 0 {
+                    crate::sys::close_raw(result);
+                }
+                continue;
+            }
+            let queued = match route {
+                Route::Nothing | Route::Run(_) => Ok(()),
+                Route::Call(callback) => {
+                    self.stats.io_events.add(1);
+                    self.accepted(py, callback, result, debug, io_start.as_mut())
+                }
+                Route::Settle(owner, settle) => {
+                    let owner = owner.into_bound(py);
+                    if settle(&owner, result) {
+                        Ok(())
+                    } else {
+                        owner
+                            .getattr(intern!(py, "_on_sent"))
+                            .and_then(|cb| self.call_with_result(py, cb.unbind(), result, debug))
+                    }
+                }
+            };
+            if let Err(e) = queued {
+                failed = Some(e);
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn accepted(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        result: i32,
+        debug: bool,
+        at: Option<&mut usize>,
+    ) -> PyResult<()> {
+        let Some(at) = at else {
+            return self.call_with_result(py, callback, result, debug);
+        };
+        let arg = result.into_pyobject(py)?.into_any().unbind();
+        let handle = self.handle(py, callback, Args::One(arg), None, None, debug)?;
+        Handle::enter_queue(handle.bind(py));
+        self.queues.with(py, |q| {
+            let i = (*at).min(q.ready.len());
+            q.ready.insert(i, handle);
+            *at = i + 1;
+        });
+        Ok(())
+    }
+
+    fn call_with_result(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        result: i32,
+        debug: bool,
+    ) -> PyResult<()> {
+        let arg = result.into_pyobject(py)?.into_any().unbind();
+        self.queue_call(py, callback, arg, debug)
     }
 
     // mirrors _run_once's last block: run exactly what was ready at this point.

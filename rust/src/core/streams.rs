@@ -24,8 +24,9 @@ use crate::intmap::IntMap;
 
 use pyo3::prelude::*;
 
+use super::route::{ACCEPT_BASE, SEND_BASE};
 use super::Share;
-use crate::driver::{MultiCompletion, Token};
+use crate::driver::{Completion, Token};
 
 /// A transport's flush, called by the core just before the wait, without a Python call.
 pub type FlushHook = for<'py> fn(&Bound<'py, PyAny>) -> PyResult<()>;
@@ -35,11 +36,6 @@ pub type FlushHook = for<'py> fn(&Bound<'py, PyAny>) -> PyResult<()>;
 /// `false` asks for `owner._on_sent(result)` as a ready handle, for a completion with
 /// Python-visible work (flow control, close, errors).
 pub type SentHook = for<'py> fn(&Bound<'py, PyAny>, i32) -> bool;
-
-/// Accept tokens live above the watchers' (which count up from 1)...
-pub const ACCEPT_BASE: Token = 1 << 52;
-/// ...and send tokens above those.
-pub const SEND_BASE: Token = 1 << 56;
 
 struct Accept<C> {
     fd: i32,
@@ -84,24 +80,6 @@ impl<C> Default for Streams<C> {
             to_send: Vec::new(),
             dirty: Vec::new(),
         }
-    }
-}
-
-// Token ranges, the same for every table.
-impl Streams {
-    /// Whether `token` is one of ours.
-    pub fn owns(token: Token) -> bool {
-        token >= ACCEPT_BASE
-    }
-
-    /// Whether `token` is a send's.
-    pub fn is_send(token: Token) -> bool {
-        token >= SEND_BASE
-    }
-
-    /// Whether `token` is an accept's.
-    pub fn is_accept(token: Token) -> bool {
-        (ACCEPT_BASE..SEND_BASE).contains(&token)
     }
 }
 
@@ -219,7 +197,7 @@ impl<C: Share> Streams<C> {
     /// What `c` means: deliver it, or nothing; re-arms an operation the kernel ended while
     /// its owner still wants it, forgets a stopped one at its final completion. The
     /// second value is a callback to drop outside the cell.
-    pub fn complete(&mut self, cx: C::Cx<'_>, c: &MultiCompletion) -> (Action<C>, Option<C>) {
+    pub fn complete(&mut self, cx: C::Cx<'_>, c: &Completion) -> (Action<C>, Option<C>) {
         let Some(r) = self.by_token.get_mut(&c.token) else {
             return (Action::None, None);
         };
@@ -287,9 +265,10 @@ impl<C: Share> Streams<C> {
 mod tests {
     use pyo3::prelude::*;
 
-    use super::{Action, Streams, ACCEPT_BASE, SEND_BASE};
+    use super::{Action, Streams};
+    use crate::core::route::{Kind, ACCEPT_BASE, SEND_BASE};
     use crate::core::Share;
-    use crate::driver::MultiCompletion;
+    use crate::driver::Completion;
 
     /// A callback or transport without Python.
     #[derive(Debug, PartialEq)]
@@ -312,8 +291,8 @@ mod tests {
         true
     }
 
-    fn done(token: u64, result: i32, more: bool) -> MultiCompletion {
-        MultiCompletion {
+    fn done(token: u64, result: i32, more: bool) -> Completion {
+        Completion {
             token,
             result,
             more,
@@ -338,10 +317,8 @@ mod tests {
         let mut s: Streams<Obj> = Streams::default();
         let accept = s.start_accept(4, Obj("accept"));
         let send = s.send(5, 0x1000, Obj("owner"), sent);
-        assert!(Streams::owns(accept) && (ACCEPT_BASE..SEND_BASE).contains(&accept));
-        assert!(Streams::is_accept(accept) && !Streams::is_send(accept));
-        assert!(Streams::is_send(send) && send >= SEND_BASE && !Streams::is_accept(send));
-        assert!(!Streams::owns(1), "watcher tokens are below");
+        assert!(Kind::of(accept) == Kind::Accept && (ACCEPT_BASE..SEND_BASE).contains(&accept));
+        assert!(Kind::of(send) == Kind::Send && send >= SEND_BASE);
         assert_eq!(s.len(), 2);
     }
 

@@ -19,7 +19,7 @@ pub mod uring;
 use std::io;
 use std::time::Duration;
 
-pub use op::{Completion, DriverCounters, Interest, MultiCompletion, Op, Token};
+pub use op::{Completion, DriverCounters, Interest, Op, Token};
 
 /// Which backend a caller asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,15 +150,6 @@ impl Driver {
         }
     }
 
-    /// Moves the multishot completions reaped by the last `wait` into `out`.
-    pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
-        match self {
-            #[cfg(uring)]
-            Driver::Uring(d) => d.take_multishot(out),
-            Driver::Poll(d) => d.take_multishot(out),
-        }
-    }
-
     /// Hands what is queued to the kernel now, without waiting or reaping: `uring` submits
     /// its queued SQEs (cancels, typically, so the kernel drops its references to an fd
     /// about to be closed); `poll` has nothing queued in the kernel's name.
@@ -212,7 +203,7 @@ impl Driver {
 
     /// Ends every operation in flight now (as dropping the driver does) and returns the
     /// connections multishot accepts took meanwhile, whose fds are now the caller's.
-    pub fn retire(&mut self) -> Vec<MultiCompletion> {
+    pub fn retire(&mut self) -> Vec<Completion> {
         match self {
             #[cfg(uring)]
             Driver::Uring(d) => d.retire(),

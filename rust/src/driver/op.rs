@@ -5,8 +5,9 @@
 //! Every operation is completion-style: it is submitted under a caller-chosen [`Token`] and
 //! later yields exactly one final [`Completion`] with that token (a result or `-errno`,
 //! `-ECANCELED` when it was cancelled first). The exception is the multishot
-//! [`Op::AcceptMulti`]: one [`MultiCompletion`] per accepted connection, exactly one of
-//! them final (`more == false`). Both drivers take every op: the `poll` driver performs a
+//! [`Op::AcceptMulti`]: one [`Completion`] per accepted connection, exactly one of them
+//! final (`more == false`). Completions of every kind come out of one `wait`, in one
+//! vector, in the order the driver reaped them. Both drivers take every op: the `poll` driver performs a
 //! send itself, retrying on writability inside the driver, and an accept as an `accept4`
 //! loop on each readability (`rust/tests/driver_contract.rs` checks both drivers against
 //! one contract).
@@ -72,10 +73,9 @@ pub enum Op {
     /// Multishot accept (where [`supports_accept_multi`](super::Driver::supports_accept_multi)
     /// says so: `poll` on Unix, which emulates it; `uring` on kernels with it, 5.19+; servers
     /// accept by readiness elsewhere). What is waiting is accepted at once. Unlike `Poll`
-    /// it yields a [`MultiCompletion`] per accepted connection, taken with
-    /// [`take_multishot`](super::Driver::take_multishot), whose `result` is the new fd (opened
-    /// non-blocking and close-on-exec, owned by the caller from then on) or `-errno`; the
-    /// last has `more == false`. The peer's address is not reported (`getpeername`).
+    /// it yields a [`Completion`] per accepted connection (`more == true`), whose `result`
+    /// is the new fd (opened non-blocking and close-on-exec, owned by the caller from then
+    /// on) or `-errno`; the last has `more == false`. The peer's address is not reported (`getpeername`).
     AcceptMulti {
         /// The listening socket; the caller keeps it open until the final completion.
         fd: RawFd,
@@ -96,25 +96,29 @@ pub enum Op {
     },
 }
 
-/// One connection (or the end) of a multishot accept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MultiCompletion {
-    /// The token the operation was submitted with.
-    pub token: Token,
-    /// `>= 0`: the accepted fd; `< 0`: `-errno` (`-ECANCELED` after a cancel).
-    pub result: i32,
-    /// More completions follow for this operation.
-    pub more: bool,
-}
-
-/// The final answer for one submitted operation.
+/// One answer for one submitted operation: its final one, or (a multishot accept's
+/// connections) one of several.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
     /// The token the operation was submitted with.
     pub token: Token,
-    /// `>= 0`: the operation's result (for `Poll`, the ready `Interest` bits);
+    /// `>= 0`: the operation's result (for `Poll`, the ready `Interest` bits; for
+    /// `SendMsg`, the bytes sent; for `AcceptMulti`, the accepted fd);
     /// `< 0`: `-errno` (`-ECANCELED` after [`cancel`](super::Driver::cancel)).
     pub result: i32,
+    /// More completions follow for this operation (a multishot accept still accepting).
+    pub more: bool,
+}
+
+impl Completion {
+    /// The final completion of the operation under `token`.
+    pub const fn last(token: Token, result: i32) -> Self {
+        Completion {
+            token,
+            result,
+            more: false,
+        }
+    }
 }
 
 /// Cheap counters a driver keeps; read by `loop.stats()`.

@@ -3,7 +3,7 @@
 //! readiness into the completions of `op.rs`: one-shot Poll ops; `SendMsg` emulated (tried
 //! at once, retried on writability inside the driver, one completion either way, as
 //! io_uring's); `AcceptMulti` emulated (`accept4` at once and on each readability, one
-//! `MultiCompletion` per connection). Not: the per-fd table (`sources.rs`), anything the
+//! completion per connection). Not: the per-fd table (`sources.rs`), anything the
 //! loop decides.
 //!
 //! Behaviour the contract leaves to each backend:
@@ -20,7 +20,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::op::{Completion, DriverCounters, Interest, MultiCompletion, Op, Token};
+use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
 #[cfg(unix)]
 use sources::Added;
 use sources::{Change, OpKind, Perform, Sources};
@@ -61,9 +61,10 @@ pub struct PollDriver {
     /// Completions made without the kernel (cancel, failed re-registration), delivered by the
     /// next `wait`, which then does not block.
     pending: Vec<Completion>,
-    /// Accepted connections and accept ends, for `take_multishot`; a `wait` with some
-    /// here does not block.
-    multi: Vec<MultiCompletion>,
+    /// Accepted connections and accept ends, delivered by the next `wait` (which then does
+    /// not block); kept apart from `pending` so that connections no one took are closed
+    /// with the driver.
+    multi: Vec<Completion>,
     /// Scratch for `Sources::take_changes`.
     changes: Vec<(i32, Change)>,
     counters: DriverCounters,
@@ -102,7 +103,7 @@ impl PollDriver {
     /// once, then the listening socket waits for readability in the fd's table (beside
     /// any other op on it); each time it is readable the driver accepts what is
     /// waiting (up to `ACCEPT_BATCH`, non-blocking and close-on-exec), each connection a
-    /// `MultiCompletion` with `more`. An accept error other than "nothing left"
+    /// completion with `more`. An accept error other than "nothing left"
     /// (`EAGAIN`, `ECONNABORTED`, `EINTR`) ends it with a final `-errno`; a cancel with a
     /// final `-ECANCELED`.
     #[cfg(unix)]
@@ -121,11 +122,7 @@ impl PollDriver {
         let added = self.sources.add_accept(token, fd);
         if let Err(e) = self.register_new(token, fd, added) {
             let code = e.raw_os_error().unwrap_or(libc::EIO);
-            self.multi.push(MultiCompletion {
-                token,
-                result: -code,
-                more: false,
-            });
+            self.multi.push(Completion::last(token, -code));
         }
         Ok(())
     }
@@ -139,14 +136,9 @@ impl PollDriver {
         ))
     }
 
-    /// Moves the accepted connections and accept ends of the last `wait` into `out`.
-    pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
-        out.append(&mut self.multi);
-    }
-
     /// Returns the connections accepted but not yet taken, whose fds are now the caller's;
     /// the ops in flight end with the driver (nothing of the kernel's to reap here).
-    pub fn retire(&mut self) -> Vec<MultiCompletion> {
+    pub fn retire(&mut self) -> Vec<Completion> {
         std::mem::take(&mut self.multi)
     }
 
@@ -177,17 +169,14 @@ impl PollDriver {
         self.check_new(token, fd)?;
         self.counters.submissions += 1;
         if let Some(result) = try_send(fd, msg) {
-            self.pending.push(Completion { token, result });
+            self.pending.push(Completion::last(token, result));
             return Ok(());
         }
         let added = self.sources.add_send(token, fd, msg);
         if let Err(e) = self.register_new(token, fd, added) {
             // The kernel's answer, as the ring would give it: a completion, not a refusal.
             let code = e.raw_os_error().unwrap_or(libc::EIO);
-            self.pending.push(Completion {
-                token,
-                result: -code,
-            });
+            self.pending.push(Completion::last(token, -code));
         }
         Ok(())
     }
@@ -257,15 +246,8 @@ impl PollDriver {
     pub fn cancel(&mut self, token: Token) -> io::Result<()> {
         match self.sources.remove(token) {
             None => {}
-            Some(OpKind::Accept) => self.multi.push(MultiCompletion {
-                token,
-                result: -ECANCELED,
-                more: false,
-            }),
-            Some(_) => self.pending.push(Completion {
-                token,
-                result: -ECANCELED,
-            }),
+            Some(OpKind::Accept) => self.multi.push(Completion::last(token, -ECANCELED)),
+            Some(_) => self.pending.push(Completion::last(token, -ECANCELED)),
         }
         Ok(())
     }
@@ -281,6 +263,7 @@ impl PollDriver {
         };
         let start = out.len();
         out.append(&mut self.pending);
+        out.append(&mut self.multi);
         if timeout != Some(Duration::ZERO) || !self.sources.is_empty() {
             self.counters.enters += 1;
             match self.poll.poll(&mut self.events, timeout) {
@@ -303,6 +286,8 @@ impl PollDriver {
                 self.sources
                     .ready(fd, ready, event.is_error(), out, &mut io);
             }
+            // Connections accepted on this readiness, after it.
+            out.append(&mut self.multi);
         }
         self.counters.completions += (out.len() - start) as u64;
         Ok(())
@@ -437,7 +422,7 @@ fn check_op(token: Token, interest: Interest) -> io::Result<()> {
 struct Kernel<'a> {
     // Off Unix no accept runs (the driver refuses fds).
     #[cfg_attr(not(unix), allow(dead_code))]
-    multi: &'a mut Vec<MultiCompletion>,
+    multi: &'a mut Vec<Completion>,
 }
 
 impl Perform for Kernel<'_> {
@@ -449,7 +434,7 @@ impl Perform for Kernel<'_> {
     fn accept(&mut self, fd: RawFd, token: Token) -> bool {
         for _ in 0..ACCEPT_BATCH {
             match crate::sys::sock::accept_nowait(fd) {
-                Ok(conn) => self.multi.push(MultiCompletion {
+                Ok(conn) => self.multi.push(Completion {
                     token,
                     result: conn,
                     more: true,
@@ -467,11 +452,7 @@ impl Perform for Kernel<'_> {
                     {
                         return false;
                     }
-                    self.multi.push(MultiCompletion {
-                        token,
-                        result: -code,
-                        more: false,
-                    });
+                    self.multi.push(Completion::last(token, -code));
                     return true;
                 }
             }

@@ -13,7 +13,7 @@
 
 use crate::intmap::IntMap;
 
-use crate::driver::op::{Completion, Interest, MultiCompletion, Token};
+use crate::driver::op::{Completion, Interest, Token};
 use crate::sys::RawFd;
 
 /// What a pending op does when its fd is ready.
@@ -224,22 +224,16 @@ impl Sources {
         fd: RawFd,
         errno: i32,
         out: &mut Vec<Completion>,
-        multi: &mut Vec<MultiCompletion>,
+        multi: &mut Vec<Completion>,
     ) {
         if let Some(state) = self.fds.remove(&fd) {
             for op in state.ops {
                 self.tokens.remove(&op.token);
+                let last = Completion::last(op.token, -errno);
                 if op.kind == OpKind::Accept {
-                    multi.push(MultiCompletion {
-                        token: op.token,
-                        result: -errno,
-                        more: false,
-                    });
+                    multi.push(last);
                 } else {
-                    out.push(Completion {
-                        token: op.token,
-                        result: -errno,
-                    });
+                    out.push(last);
                 }
             }
         }
@@ -299,10 +293,7 @@ impl Sources {
                         return true;
                     }
                 };
-                out.push(Completion {
-                    token: op.token,
-                    result,
-                });
+                out.push(Completion::last(op.token, result));
                 false
             });
         }
@@ -374,13 +365,7 @@ mod tests {
 
         let mut out = Vec::new();
         s.ready(5, W, false, &mut out, &mut Fake::default());
-        assert_eq!(
-            out,
-            vec![Completion {
-                token: 2,
-                result: 2
-            }]
-        );
+        assert_eq!(out, vec![Completion::last(2, 2)]);
         assert!(!s.contains(2) && s.contains(1));
         ch.clear();
         s.take_changes(&mut ch);
@@ -428,7 +413,7 @@ mod tests {
         s.fail_fd(3, 9, &mut out, &mut multi);
         assert_eq!(out.len(), 2);
         assert!(out.iter().all(|c| c.result == -9));
-        let last = MultiCompletion {
+        let last = Completion {
             token: 4,
             result: -9,
             more: false,
@@ -465,19 +450,7 @@ mod tests {
         io.send_result = Some(300);
         s.ready(5, R.add(W), false, &mut out, &mut io);
         assert_eq!(io.sends, vec![(5, 0x1000), (5, 0x1000)]);
-        assert_eq!(
-            out,
-            vec![
-                Completion {
-                    token: 1,
-                    result: 1
-                },
-                Completion {
-                    token: 2,
-                    result: 300
-                }
-            ]
-        );
+        assert_eq!(out, vec![Completion::last(1, 1), Completion::last(2, 300)]);
         assert!(s.is_empty() || (!s.contains(1) && !s.contains(2)));
         ch.clear();
         s.take_changes(&mut ch);
@@ -498,13 +471,7 @@ mod tests {
         assert!(!s.contains(4));
         s.add_send(5, 6, 0x2000);
         s.fail_fd(6, 9, &mut out, &mut Vec::new());
-        assert_eq!(
-            out,
-            vec![Completion {
-                token: 5,
-                result: -9
-            }]
-        );
+        assert_eq!(out, vec![Completion::last(5, -9)]);
     }
 
     #[test]
@@ -554,13 +521,7 @@ mod tests {
         let mut out = Vec::new();
         // A reset with a reader armed: only the reader completes; the send is not tried.
         s.ready(5, R.add(W), true, &mut out, &mut io);
-        assert_eq!(
-            out,
-            vec![Completion {
-                token: 1,
-                result: 1
-            }]
-        );
+        assert_eq!(out, vec![Completion::last(1, 1)]);
         assert!(io.sends.is_empty() && s.contains(2));
         let mut ch = Vec::new();
         s.take_changes(&mut ch);
@@ -578,12 +539,6 @@ mod tests {
         out.clear();
         s.ready(5, R.add(W), true, &mut out, &mut io);
         assert_eq!(io.sends, vec![(5, 0x1000)]);
-        assert_eq!(
-            out,
-            vec![Completion {
-                token: 2,
-                result: -libc::ECONNRESET
-            }]
-        );
+        assert_eq!(out, vec![Completion::last(2, -libc::ECONNRESET)]);
     }
 }

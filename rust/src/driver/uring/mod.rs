@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use io_uring::{cqueue, squeue, types, IoUring};
 
-use crate::driver::op::{Completion, DriverCounters, Interest, MultiCompletion, Op, Token};
+use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
 use crate::sys;
 use inflight::{Inflight, Kind};
 
@@ -105,8 +105,6 @@ pub struct UringDriver {
     /// The thread that created the ring: with `COOP_TASKRUN` only it runs the task work
     /// that completes its requests, so a loop that moves to another thread gets a new ring.
     thread: std::thread::ThreadId,
-    /// Multishot completions reaped by the last `wait`, for `take_multishot`.
-    multi: Vec<MultiCompletion>,
     /// The kernel takes multishot accepts (Linux 5.19).
     accept_multi: bool,
     /// Zero-timeout waits in a row that made no syscall (see `QUIET_WAITS_MAX`).
@@ -142,7 +140,6 @@ impl UringDriver {
             WakeMode::Poll
         };
         Ok(UringDriver {
-            multi: Vec::new(),
             accept_multi: features.accept_multi,
             quiet_waits: 0,
             ring: ManuallyDrop::new(ring),
@@ -203,11 +200,6 @@ impl UringDriver {
     /// Whether `Op::AcceptMulti` can be submitted.
     pub fn supports_accept_multi(&self) -> bool {
         self.accept_multi
-    }
-
-    /// Moves the multishot completions of the last `wait` into `out`.
-    pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
-        out.append(&mut self.multi);
     }
 
     /// Queues an ASYNC_CANCEL for `token`'s op; that op's final completion (`-ECANCELED`, or
@@ -418,7 +410,7 @@ impl UringDriver {
                         if !more {
                             self.inflight.complete(user_data);
                         }
-                        self.multi.push(MultiCompletion {
+                        out.push(Completion {
                             token: entry.token,
                             result: res,
                             more,
@@ -426,13 +418,11 @@ impl UringDriver {
                         continue;
                     }
                     if let Some(entry) = self.inflight.complete(user_data) {
-                        out.push(Completion {
-                            token: entry.token,
-                            result: match entry.kind {
-                                Kind::Poll(interest) if res >= 0 => ops::poll_result(res, interest),
-                                _ => res,
-                            },
-                        });
+                        let result = match entry.kind {
+                            Kind::Poll(interest) if res >= 0 => ops::poll_result(res, interest),
+                            _ => res,
+                        };
+                        out.push(Completion::last(entry.token, result));
                     }
                 }
             }
@@ -445,18 +435,7 @@ impl UringDriver {
             let sqe = sqe_for(entry.fd, entry.kind);
             if self.push(&sqe.user_data(user_data)).is_err() {
                 self.inflight.complete(user_data);
-                if entry.kind.is_multishot() {
-                    self.multi.push(MultiCompletion {
-                        token: entry.token,
-                        result: -libc::ECANCELED,
-                        more: false,
-                    });
-                } else {
-                    out.push(Completion {
-                        token: entry.token,
-                        result: -libc::ECANCELED,
-                    });
-                }
+                out.push(Completion::last(entry.token, -libc::ECANCELED));
             }
         }
         self.rearm.clear();
@@ -470,14 +449,14 @@ impl UringDriver {
     /// Ends every op in flight now, as dropping the driver does, and returns the
     /// connections its accepts took meanwhile (fds now the caller's): a loop moving to
     /// another thread hands them to their servers rather than dropping them.
-    pub fn retire(&mut self) -> Vec<MultiCompletion> {
+    pub fn retire(&mut self) -> Vec<Completion> {
         self.retire_ops()
     }
 
     /// Cancels every send and accept still in flight and reaps until their final CQEs
     /// (bounded), so the senders' bytes are not read by the kernel after the driver is gone. Returns the connections accepted
     /// in the meantime.
-    fn retire_ops(&mut self) -> Vec<MultiCompletion> {
+    fn retire_ops(&mut self) -> Vec<Completion> {
         let mut accepted = Vec::new();
         let targets = self.inflight.retire_user_data();
         if targets.is_empty() {
@@ -496,14 +475,14 @@ impl UringDriver {
                 return accepted;
             }
         }
-        let mut discard = Vec::new();
+        let mut reaped = Vec::new();
         for _ in 0..RETIRE_ROUNDS {
             if self.enter(Some(Duration::from_millis(10))).is_err() {
                 break;
             }
-            self.reap(&mut discard);
+            self.reap(&mut reaped);
             accepted.extend(
-                self.multi
+                reaped
                     .drain(..)
                     .filter(|c| c.result >= 0 && accepts.contains(&c.token)),
             );
