@@ -68,6 +68,9 @@ impl<T> Queues<Py<Handle>, T> {
     /// The answer for `c`. Objects the tables let go of (a cancelled watcher, a stopped
     /// server's callback) go to `to_drop`, to be dropped outside the cell. A connection
     /// whose server is gone is closed here: no one else would.
+    // Inlined into the loop's one caller per iteration: a call per completion measured
+    // 30 instructions of frame set-up (callgrind, socket_echo).
+    #[inline(always)]
     pub fn route(&mut self, py: Python<'_>, c: &Completion, to_drop: &mut Vec<Py<PyAny>>) -> Route {
         match Kind::of(c.token) {
             Kind::Watch => {

@@ -160,10 +160,14 @@ impl LoopCore {
             self.virtual_jump(py, loop_obj, &jump, scratch)?;
         }
         let first_deadline = self.queues.with(py, |q| {
-            self.route_completions(py, q, scratch);
+            if !scratch.completions.is_empty() {
+                self.route_completions(py, q, scratch);
+            }
             q.timers.peek().map(|(when, _)| when)
         });
-        self.answer(py, &mut scratch.answers, Some(scratch.io_start))?;
+        if !scratch.answers.is_empty() {
+            self.answer(py, &mut scratch.answers, Some(scratch.io_start))?;
+        }
         if let Some(first) = first_deadline {
             let now = match self.python_time(loop_obj) {
                 Ok(t) => t.unwrap_or_else(|| self.time()),
@@ -362,9 +366,6 @@ impl LoopCore {
     // make, a send's hook) waits in `answers` for `answer`, in the completions' order.
     fn route_completions(&self, py: Python<'_>, q: &mut Queues, scratch: &mut Scratch) {
         scratch.io_start = q.ready.len();
-        if scratch.completions.is_empty() {
-            return;
-        }
         let mut queued = 0;
         for c in scratch.completions.drain(..) {
             match q.route(py, &c, &mut scratch.to_drop) {
@@ -393,21 +394,11 @@ impl LoopCore {
         answers: &mut Vec<(Route, i32)>,
         mut io_start: Option<usize>,
     ) -> PyResult<()> {
-        if answers.is_empty() {
-            return Ok(());
-        }
         let debug = self.debug();
-        let mut failed = None;
-        for (route, result) in answers.drain(..) {
-            if failed.is_some() {
-                // An error leaves run_forever, as asyncio's would; the rest is dropped, and
-                // a connection no one will take is closed.
-                if matches!(route, Route::Call(_)) && result >= 0 {
-                    crate::sys::close_raw(result);
-                }
-                continue;
-            }
-            let queued = match route {
+        // Taken from the end, so the first answer goes last in (a `Drain` costs more).
+        answers.reverse();
+        while let Some((route, result)) = answers.pop() {
+            let done = match route {
                 Route::Nothing | Route::Run(_) => Ok(()),
                 Route::Call(callback) => {
                     self.stats.io_events.add(1);
@@ -424,11 +415,12 @@ impl LoopCore {
                     }
                 }
             };
-            if let Err(e) = queued {
-                failed = Some(e);
+            if let Err(e) = done {
+                close_untaken(answers.drain(..));
+                return Err(e);
             }
         }
-        failed.map_or(Ok(()), Err)
+        Ok(())
     }
 
     fn accepted(
@@ -637,6 +629,17 @@ fn virtual_plan(
 }
 
 /// A submission the driver could not take now (its queue is full): try again next flush.
+// An error leaves run_forever, as asyncio's would: the answers after it are dropped, and
+// a connection no one will take is closed.
+#[cold]
+fn close_untaken(rest: impl Iterator<Item = (Route, i32)>) {
+    for (route, result) in rest {
+        if matches!(route, Route::Call(_)) && result >= 0 {
+            crate::sys::close_raw(result);
+        }
+    }
+}
+
 fn queue_full(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
