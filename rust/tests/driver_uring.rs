@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use _rsloop::driver::uring::UringDriver;
+use _rsloop::driver::uring::{UringDriver, UringOptions};
 use _rsloop::driver::{self, Completion, Driver, DriverKind, Interest, Op, Requested};
 use _rsloop::sys;
 
@@ -393,10 +393,6 @@ fn multi_within(d: &mut UringDriver, n: usize) -> Vec<driver::MultiCompletion> {
 #[test]
 fn multishot_accept_delivers_nonblocking_connections_then_cancels() {
     let Some(mut d) = ring() else { return };
-    if !d.supports_accept_multi() {
-        eprintln!("skipping: no multishot accept on this kernel");
-        return;
-    }
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     d.submit(
@@ -448,9 +444,6 @@ fn multishot_accept_delivers_nonblocking_connections_then_cancels() {
 #[test]
 fn multishot_accept_on_a_socket_that_does_not_listen_answers_einval() {
     let Some(mut d) = ring() else { return };
-    if !d.supports_accept_multi() {
-        return;
-    }
     let (_a, b) = pair();
     d.submit(6, Op::AcceptMulti { fd: b.as_raw_fd() })
         .expect("submit");
@@ -464,9 +457,6 @@ fn multishot_accept_on_a_socket_that_does_not_listen_answers_einval() {
 #[test]
 fn dropping_the_driver_closes_connections_its_accept_took() {
     let Some(mut d) = ring() else { return };
-    if !d.supports_accept_multi() {
-        return;
-    }
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     d.submit(
         8,
@@ -489,4 +479,63 @@ fn dropping_the_driver_closes_connections_its_accept_took() {
         0,
         "the accepted end was closed"
     );
+}
+
+#[test]
+fn an_accept_the_driver_performs_rearms_and_ends_at_its_cancel() {
+    // The path of kernels without multishot accept (before 5.19): POLL_ADD + accept4.
+    if ring().is_none() {
+        return;
+    }
+    let options = UringOptions {
+        no_accept_multi: true,
+        ..UringOptions::default()
+    };
+    let mut d = UringDriver::with_options(options).expect("ring");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let addr = listener.local_addr().expect("addr");
+    d.submit(
+        5,
+        Op::AcceptMulti {
+            fd: listener.as_raw_fd(),
+        },
+    )
+    .expect("submit");
+    assert_eq!(d.in_flight(), 1, "waits for readiness");
+    // Each connection after the first readiness is taken by a re-armed POLL_ADD.
+    let _clients: Vec<TcpStream> = (0..3)
+        .map(|i| {
+            let client = TcpStream::connect(addr).expect("connect");
+            let got = multi_within(&mut d, 1);
+            assert_eq!(got.len(), 1, "client {i}: {got:?}");
+            assert!(
+                got[0].token == 5 && got[0].more && got[0].result >= 0,
+                "{got:?}"
+            );
+            sys::fd::close_raw(got[0].result);
+            client
+        })
+        .collect();
+    d.cancel(5).expect("cancel");
+    let out = multi_within(&mut d, 1);
+    assert_eq!(
+        out.iter().map(|c| (c.result, c.more)).collect::<Vec<_>>(),
+        vec![(-libc::ECANCELED, false)]
+    );
+    assert_eq!(d.in_flight(), 0);
+    // After the cancel the driver accepts nothing: a new client waits in the backlog.
+    let _late = TcpStream::connect(addr).expect("connect");
+    let mut polls = Vec::new();
+    d.wait(Some(Duration::from_millis(50)), &mut polls)
+        .expect("wait");
+    let mut multi = Vec::new();
+    d.take_multishot(&mut multi);
+    assert!(polls.is_empty() && multi.is_empty(), "{polls:?} {multi:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while let Err(e) = listener.accept() {
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+        assert!(Instant::now() < deadline, "the late client was taken");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
