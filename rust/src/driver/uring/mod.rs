@@ -151,8 +151,8 @@ impl UringDriver {
     /// arms the waker. Errors read like `io_uring_setup: EPERM (Operation not permitted)`.
     pub fn new() -> io::Result<Self> {
         // A test hook (see the module doc), not a setting.
-        let no_accept_multi = std::env::var_os("RSLOOP_TEST_URING_NO_ACCEPT_MULTI")
-            .is_some_and(|v| v == "1");
+        let no_accept_multi =
+            std::env::var_os("RSLOOP_TEST_URING_NO_ACCEPT_MULTI").is_some_and(|v| v == "1");
         Self::with_options(UringOptions {
             no_accept_multi,
             ..UringOptions::default()
@@ -473,9 +473,9 @@ impl UringDriver {
                             if res == -libc::EINVAL && !cancel_sent && !cqueue::more(flags) =>
                         {
                             // Refused: the socket does not listen, or the kernel does not
-                            // take the multishot flag after all. Go on as `AcceptPoll`,
-                            // whose first try tells the two apart (`accept4` says EINVAL too
-                            // for the first).
+                            // take the multishot flag after all. Go on as `AcceptPoll`; its
+                            // first `accept4` tells the two apart (EINVAL again: the socket
+                            // does not listen, the end).
                             self.inflight.set_kind(user_data, Kind::AcceptPoll);
                             let end = accept_batch(entry.fd, entry.token, &mut self.multi);
                             if end.is_none() {
