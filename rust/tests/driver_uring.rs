@@ -541,3 +541,68 @@ fn an_accept_the_driver_performs_rearms_and_ends_at_its_cancel() {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// A non-blocking TCP socket bound to a free loopback port, not listening yet.
+fn bound_not_listening() -> (std::os::fd::OwnedFd, std::net::SocketAddr) {
+    use std::os::fd::FromRawFd;
+    let kind = libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: no pointer argument; the result is checked and owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, kind, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor nothing else owns.
+    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: all-zero bytes are a valid `sockaddr_in`.
+    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    addr.sin_family = libc::AF_INET as libc::sa_family_t;
+    addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: `addr` is a live `sockaddr_in` of `len` bytes, read (bind) and written
+    // (getsockname) by the kernel during the calls only.
+    let ok = unsafe {
+        libc::bind(fd, (&raw const addr).cast(), len) == 0
+            && libc::getsockname(fd, (&raw mut addr).cast(), &mut len) == 0
+    };
+    assert!(ok, "bind: {}", std::io::Error::last_os_error());
+    let port = u16::from_be(addr.sin_port);
+    (sock, std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+#[test]
+fn a_multishot_accept_refused_with_einval_goes_on_as_the_drivers_own() {
+    // What a kernel that refuses the multishot flag on a listening socket looks like: the
+    // ACCEPT's -EINVAL is reaped when the socket listens. The driver then accepts by
+    // POLL_ADD + accept4 rather than ending the op.
+    let Some(mut d) = ring() else { return };
+    let (sock, addr) = bound_not_listening();
+    d.submit(
+        7,
+        Op::AcceptMulti {
+            fd: sock.as_raw_fd(),
+        },
+    )
+    .expect("submit");
+    d.submit_now().expect("submit now");
+    std::thread::sleep(Duration::from_millis(20));
+    // SAFETY: no pointer argument; the fd is ours.
+    assert_eq!(unsafe { libc::listen(sock.as_raw_fd(), 16) }, 0);
+    let (mut polls, mut multi) = (Vec::new(), Vec::new());
+    d.wait(Some(Duration::ZERO), &mut polls).expect("wait");
+    d.take_multishot(&mut multi);
+    assert!(polls.is_empty() && multi.is_empty(), "{polls:?} {multi:?}");
+    assert_eq!(d.in_flight(), 1, "the accept goes on");
+    let _client = TcpStream::connect(addr).expect("connect");
+    let got = multi_within(&mut d, 1);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].token == 7 && got[0].more && got[0].result >= 0,
+        "{got:?}"
+    );
+    sys::fd::close_raw(got[0].result);
+    d.cancel(7).expect("cancel");
+    let out = multi_within(&mut d, 1);
+    assert_eq!(
+        out.iter().map(|c| (c.result, c.more)).collect::<Vec<_>>(),
+        vec![(-libc::ECANCELED, false)]
+    );
+    assert_eq!(d.in_flight(), 0);
+}
