@@ -49,7 +49,7 @@ class NetMixin:
         self._set_transport_table(self._transports.data)  # type: ignore[attr-defined]
         # Listening Unix sockets to unlink on close (3.13's cleanup_socket): socket -> inode.
         self._unix_server_sockets: dict = {}
-        # Listening sockets accepted by the ring: socket -> its _Acceptor.
+        # Listening sockets and their multishot accepts: socket -> its _Acceptor.
         self._acceptors: dict = {}
 
     @property
@@ -113,7 +113,7 @@ class NetMixin:
         self._ensure_fd_no_transport(sock)
         return _transports.make_datagram_transport(self, sock, protocol, address, waiter, extra)
 
-    # ----- servers: multishot accept in the ring, else accept on readiness -----
+    # ----- servers: one multishot accept per listening socket, on every native driver -----
 
     def _start_serving(
         self, protocol_factory, sock, sslcontext=None, server=None, backlog=100, *timeouts
@@ -129,9 +129,9 @@ class NetMixin:
             acceptor = _Acceptor(
                 self, protocol_factory, sock, sslcontext, server, backlog, timeouts
             )
-            if acceptor.start():
-                self._acceptors[sock] = acceptor
-                return
+            acceptor.start()
+            self._acceptors[sock] = acceptor
+            return
         _Selector._start_serving(
             self, protocol_factory, sock, sslcontext, server, backlog, *timeouts
         )
@@ -181,7 +181,7 @@ class NetMixin:
 
 
 class _Acceptor:
-    """One listening socket's multishot accept (both native drivers): each new
+    """One listening socket's multishot accept (every native driver performs one): each new
     connection's fd comes to :meth:`_on_accept`, and asyncio's own
     ``_accept_connection2`` makes its transport, as after ``sock.accept()`` in asyncio's
     ``_accept_connection``. Errors are handled as asyncio handles ``accept()``'s."""
@@ -211,10 +211,9 @@ class _Acceptor:
         # each connection's task copies that: the protocol factory sees its contextvars.
         self._context = contextvars.copy_context()
 
-    def start(self) -> bool:
-        """Arms the accept; False where the backend accepts by readiness only."""
+    def start(self) -> None:
+        """Arms the accept."""
         self._token = self._loop._accept_start(self._sock.fileno(), self._on_accept)
-        return self._token is not None
 
     def stop(self) -> None:
         token, self._token = self._token, None
@@ -263,11 +262,6 @@ class _Acceptor:
         if loop._acceptors.get(sock) is self:
             del loop._acceptors[sock]
         args = (self._factory, sock, self._sslcontext, self._server, self._backlog, *self._timeouts)
-        if code == errno.EINVAL:
-            # A kernel that refuses the multishot flag (or a socket that is not
-            # listening yet): accept by readiness, as asyncio does.
-            self._context.run(_Selector._start_serving, loop, *args)
-            return
         if code in (errno.EAGAIN, errno.EINTR, errno.ECONNABORTED):
             # asyncio's "accept buffer empty" errors: go on accepting.
             self._context.run(loop._start_serving, *args)
@@ -286,7 +280,10 @@ class _Acceptor:
             )
             return
         # asyncio lets the error reach the loop's handler from its reader callback (which
-        # stays installed): the same here, accepting on.
-        if code not in (errno.EBADF, errno.ENOTSOCK):
+        # stays installed): the same here, accepting on; unless the socket cannot accept at
+        # all (closed, not a socket, not listening: EINVAL), which would only fail again.
+        # (A kernel without multishot accept is the driver's business: it accepts by
+        # readiness itself.)
+        if code not in (errno.EBADF, errno.ENOTSOCK, errno.EINVAL):
             self._context.run(loop._start_serving, *args)
         raise exc

@@ -1,11 +1,11 @@
-"""How servers accept: bursts of connections, running out of fds, and the multishot
-accept's fallback to readiness.
+"""How servers accept: bursts of connections, running out of fds, accept errors.
 
 On both native backends a server's listening socket is accepted by one multishot accept
 (``rsloop/_net.py``'s ``_Acceptor``): an ACCEPT in the ring on ``uring``, the driver's own
-``accept4`` loop on readiness on ``poll``; on the fallback, by asyncio's
-``_accept_connection`` on readiness. The behaviour tests run on every backend and stdlib
-asyncio alike.
+``accept4`` loop on readiness on ``poll`` (and on ``uring`` where the kernel has no
+multishot accept: ``RSLOOP_TEST_URING_NO_ACCEPT_MULTI=1`` forces that path); on the
+fallback, by asyncio's ``_accept_connection`` on readiness. The behaviour tests run on
+every backend and stdlib asyncio alike.
 """
 
 from __future__ import annotations
@@ -173,30 +173,28 @@ def test_native_servers_accept_by_multishot_accept_and_stop_at_close(loop):
     run(loop, main())
 
 
-def test_server_falls_back_to_readiness_when_the_accept_is_refused(loop):
-    """A kernel without multishot accept answers the first ACCEPT with -EINVAL: that
-    server then accepts by readiness, as asyncio does."""
+def test_a_listening_socket_shut_down_ends_its_accept_with_einval_once(loop, handler_log):
+    """A socket that no longer listens ends its accept with EINVAL on every driver (the
+    kernel's multishot accept, or the driver's own accept4): the loop's handler hears it
+    once and that socket is accepted no more, where accepting on would only fail again.
+    (asyncio's reader would report it at every readiness.)"""
     if getattr(loop, "backend", None) not in ("uring", "poll"):
-        pytest.skip("multishot accept is the native backends'")
-    native_start = loop._accept_start
-    refused = []
-
-    def refusing_start(fd, callback):
-        token = native_start(fd, callback)
-        loop._accept_stop(token)
-        refused.append(fd)
-        loop.call_soon(callback, -errno.EINVAL)
-        return token
-
-    loop._accept_start = refusing_start
+        pytest.skip("the multishot accept's end")
 
     async def main():
-        server, addr, _ = await tcp_echo_server(loop)
-        await asyncio.sleep(0)
-        assert refused == [server.sockets[0].fileno()]
+        server, _, _ = await tcp_echo_server(loop)
+        [sock] = server.sockets
+        sock._sock.shutdown(socket.SHUT_RDWR)
+        for _ in range(200):
+            if handler_log:
+                break
+            await asyncio.sleep(0.01)
+        [ctx] = handler_log.take()
+        assert isinstance(ctx["exception"], OSError)
+        assert ctx["exception"].errno == errno.EINVAL
         assert not loop._acceptors
-        for i in range(3):
-            await _echo_round_trip(loop, addr, b"ready%d" % i)
+        await asyncio.sleep(0.1)
+        assert not handler_log.take()
         server.close()
         await server.wait_closed()
 

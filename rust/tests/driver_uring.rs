@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use _rsloop::driver::uring::UringDriver;
+use _rsloop::driver::uring::{UringDriver, UringOptions};
 use _rsloop::driver::{self, Completion, Driver, DriverKind, Interest, Op, Requested};
 use _rsloop::sys;
 
@@ -24,7 +24,9 @@ fn expect_no_uring() -> bool {
 /// A ring, or `None` after printing why this machine has none, when it is declared to have
 /// none; otherwise a failure.
 fn ring() -> Option<UringDriver> {
-    match UringDriver::new() {
+    // Not `new`: its test hook (`RSLOOP_TEST_URING_NO_ACCEPT_MULTI`) must not turn the
+    // kernel's multishot accept, which these tests check, into the driver's own.
+    match UringDriver::with_options(UringOptions::default()) {
         Ok(d) => Some(d),
         Err(e) => {
             let text = e.to_string();
@@ -368,10 +370,6 @@ fn multi_within(d: &mut UringDriver, n: usize) -> Vec<Completion> {
 #[test]
 fn multishot_accept_delivers_nonblocking_connections_then_cancels() {
     let Some(mut d) = ring() else { return };
-    if !d.supports_accept_multi() {
-        eprintln!("skipping: no multishot accept on this kernel");
-        return;
-    }
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     d.submit(
@@ -423,9 +421,6 @@ fn multishot_accept_delivers_nonblocking_connections_then_cancels() {
 #[test]
 fn multishot_accept_on_a_socket_that_does_not_listen_answers_einval() {
     let Some(mut d) = ring() else { return };
-    if !d.supports_accept_multi() {
-        return;
-    }
     let (_a, b) = pair();
     d.submit(6, Op::AcceptMulti { fd: b.as_raw_fd() })
         .expect("submit");
@@ -439,9 +434,6 @@ fn multishot_accept_on_a_socket_that_does_not_listen_answers_einval() {
 #[test]
 fn dropping_the_driver_closes_connections_its_accept_took() {
     let Some(mut d) = ring() else { return };
-    if !d.supports_accept_multi() {
-        return;
-    }
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     d.submit(
         8,
@@ -464,4 +456,125 @@ fn dropping_the_driver_closes_connections_its_accept_took() {
         0,
         "the accepted end was closed"
     );
+}
+
+#[test]
+fn an_accept_the_driver_performs_rearms_and_ends_at_its_cancel() {
+    // The path of kernels without multishot accept (before 5.19): POLL_ADD + accept4.
+    if ring().is_none() {
+        return;
+    }
+    let options = UringOptions {
+        no_accept_multi: true,
+        ..UringOptions::default()
+    };
+    let mut d = UringDriver::with_options(options).expect("ring");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let addr = listener.local_addr().expect("addr");
+    d.submit(
+        5,
+        Op::AcceptMulti {
+            fd: listener.as_raw_fd(),
+        },
+    )
+    .expect("submit");
+    assert_eq!(d.in_flight(), 1, "waits for readiness");
+    // Each connection after the first readiness is taken by a re-armed POLL_ADD.
+    let _clients: Vec<TcpStream> = (0..3)
+        .map(|i| {
+            let client = TcpStream::connect(addr).expect("connect");
+            let got = multi_within(&mut d, 1);
+            assert_eq!(got.len(), 1, "client {i}: {got:?}");
+            assert!(
+                got[0].token == 5 && got[0].more && got[0].result >= 0,
+                "{got:?}"
+            );
+            sys::fd::close_raw(got[0].result);
+            client
+        })
+        .collect();
+    d.cancel(5).expect("cancel");
+    let out = multi_within(&mut d, 1);
+    assert_eq!(
+        out.iter().map(|c| (c.result, c.more)).collect::<Vec<_>>(),
+        vec![(-libc::ECANCELED, false)]
+    );
+    assert_eq!(d.in_flight(), 0);
+    // After the cancel the driver accepts nothing: a new client waits in the backlog.
+    let _late = TcpStream::connect(addr).expect("connect");
+    let mut done = Vec::new();
+    d.wait(Some(Duration::from_millis(50)), &mut done)
+        .expect("wait");
+    assert!(done.is_empty(), "{done:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while let Err(e) = listener.accept() {
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+        assert!(Instant::now() < deadline, "the late client was taken");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A non-blocking TCP socket bound to a free loopback port, not listening yet.
+fn bound_not_listening() -> (std::os::fd::OwnedFd, std::net::SocketAddr) {
+    use std::os::fd::FromRawFd;
+    let kind = libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: no pointer argument; the result is checked and owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, kind, 0) };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor nothing else owns.
+    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: all-zero bytes are a valid `sockaddr_in`.
+    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    addr.sin_family = libc::AF_INET as libc::sa_family_t;
+    addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: `addr` is a live `sockaddr_in` of `len` bytes, read (bind) and written
+    // (getsockname) by the kernel during the calls only.
+    let ok = unsafe {
+        libc::bind(fd, (&raw const addr).cast(), len) == 0
+            && libc::getsockname(fd, (&raw mut addr).cast(), &mut len) == 0
+    };
+    assert!(ok, "bind: {}", std::io::Error::last_os_error());
+    let port = u16::from_be(addr.sin_port);
+    (sock, std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+#[test]
+fn a_multishot_accept_refused_with_einval_goes_on_as_the_drivers_own() {
+    // What a kernel that refuses the multishot flag on a listening socket looks like: the
+    // ACCEPT's -EINVAL is reaped when the socket listens. The driver then accepts by
+    // POLL_ADD + accept4 rather than ending the op.
+    let Some(mut d) = ring() else { return };
+    let (sock, addr) = bound_not_listening();
+    d.submit(
+        7,
+        Op::AcceptMulti {
+            fd: sock.as_raw_fd(),
+        },
+    )
+    .expect("submit");
+    d.submit_now().expect("submit now");
+    std::thread::sleep(Duration::from_millis(20));
+    // SAFETY: no pointer argument; the fd is ours.
+    assert_eq!(unsafe { libc::listen(sock.as_raw_fd(), 16) }, 0);
+    let mut done = Vec::new();
+    d.wait(Some(Duration::ZERO), &mut done).expect("wait");
+    assert!(done.is_empty(), "{done:?}");
+    assert_eq!(d.in_flight(), 1, "the accept goes on");
+    let _client = TcpStream::connect(addr).expect("connect");
+    let got = multi_within(&mut d, 1);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].token == 7 && got[0].more && got[0].result >= 0,
+        "{got:?}"
+    );
+    sys::fd::close_raw(got[0].result);
+    d.cancel(7).expect("cancel");
+    let out = multi_within(&mut d, 1);
+    assert_eq!(
+        out.iter().map(|c| (c.result, c.more)).collect::<Vec<_>>(),
+        vec![(-libc::ECANCELED, false)]
+    );
+    assert_eq!(d.in_flight(), 0);
 }

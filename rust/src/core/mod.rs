@@ -216,19 +216,10 @@ impl LoopCore {
     }
 
     /// Starts a multishot accept on the listening socket `fd` whose connections (fds) go
-    /// to `callback`; `None` when the driver has none (a kernel without multishot accept, the
-    /// one case left: the server accepts by readiness).
-    pub fn accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> Option<u64> {
-        let supported = lock(&self.driver)
-            .as_ref()
-            .is_some_and(|d| d.supports_accept_multi());
-        if !supported {
-            return None;
-        }
-        Some(
-            self.queues
-                .with(py, |q| q.streams.start_accept(fd, callback)),
-        )
+    /// to `callback` (every driver performs `Op::AcceptMulti`); returns its token.
+    pub fn accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> u64 {
+        self.queues
+            .with(py, |q| q.streams.start_accept(fd, callback))
     }
 
     /// Stops an accept started by `accept_start` (connections the kernel had already

@@ -139,17 +139,6 @@ impl Driver {
         }
     }
 
-    /// Whether [`Op::AcceptMulti`] can be submitted: always on `poll`, which performs it
-    /// itself (on Unix); on io_uring where the kernel has it (Linux 5.19+, probed; a
-    /// listening socket whose accept the kernel still refuses answers `-EINVAL`).
-    pub fn supports_accept_multi(&self) -> bool {
-        match self {
-            #[cfg(uring)]
-            Driver::Uring(d) => d.supports_accept_multi(),
-            Driver::Poll(_) => cfg!(unix),
-        }
-    }
-
     /// Hands what is queued to the kernel now, without waiting or reaping: `uring` submits
     /// its queued SQEs (cancels, typically, so the kernel drops its references to an fd
     /// about to be closed); `poll` has nothing queued in the kernel's name.

@@ -7,9 +7,10 @@
 //! `-ECANCELED` when it was cancelled first). The exception is the multishot
 //! [`Op::AcceptMulti`]: one [`Completion`] per accepted connection, exactly one of them
 //! final (`more == false`). Completions of every kind come out of one `wait`, in one
-//! vector, in the order the driver reaped them. Both drivers take every op: the `poll` driver performs a
-//! send itself, retrying on writability inside the driver, and an accept as an `accept4`
-//! loop on each readability (`rust/tests/driver_contract.rs` checks both drivers against
+//! vector, in the order the driver reaped them. Both drivers take every op: the `poll`
+//! driver performs a send itself, retrying on writability inside the driver, and an
+//! accept as an `accept4` loop on each readability, as the `uring` driver does on a kernel
+//! without multishot accept (`rust/tests/driver_contract.rs` checks both drivers against
 //! one contract).
 //! Receives are readiness plus `recv` on both drivers (docs/decisions/0004-one-io-model.md).
 
@@ -70,14 +71,17 @@ pub enum Op {
         /// What to wait for; never empty.
         interest: Interest,
     },
-    /// Multishot accept (where [`supports_accept_multi`](super::Driver::supports_accept_multi)
-    /// says so: `poll` on Unix, which emulates it; `uring` on kernels with it, 5.19+; servers
-    /// accept by readiness elsewhere). What is waiting is accepted at once. Unlike `Poll`
+    /// Multishot accept, on every driver: the kernel's on `uring` (Linux 5.19+); performed
+    /// by the driver on `poll` (Unix) and on older kernels, as readiness of the listening
+    /// socket, then `accept4` until nothing is left. What is waiting is accepted at once; a
+    /// socket that does not listen ends the op at once with `-EINVAL`. Unlike `Poll`
     /// it yields a [`Completion`] per accepted connection (`more == true`), whose `result`
     /// is the new fd (opened non-blocking and close-on-exec, owned by the caller from then
     /// on) or `-errno`; the last has `more == false`. The peer's address is not reported (`getpeername`).
     AcceptMulti {
-        /// The listening socket; the caller keeps it open until the final completion.
+        /// The listening socket, non-blocking (as asyncio's are: the drivers that accept
+        /// by readiness call `accept4` until `EAGAIN`); the caller keeps it open until the
+        /// final completion.
         fd: RawFd,
     },
     /// One `sendmsg` (`MSG_NOSIGNAL`): completes with the bytes sent, which may be fewer

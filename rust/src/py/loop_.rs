@@ -329,11 +329,11 @@ impl Loop {
         super::sock::sendall(slf, sock, data)
     }
 
-    /// Starts a multishot accept on the listening socket `fd` (both drivers): `callback(n)`
-    /// runs once per new connection with its fd (`n >= 0`, non-blocking, the callback's to
-    /// own) and once with the `-errno` that ends the accept early. `None` when the driver
-    /// has none (a ring on a kernel without multishot accept): accept by readiness.
-    fn _accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> PyResult<Option<u64>> {
+    /// Starts a multishot accept on the listening socket `fd` (every driver performs one):
+    /// `callback(n)` runs once per new connection with its fd (`n >= 0`, non-blocking, the
+    /// callback's to own) and once with the `-errno` that ends the accept early. Returns
+    /// the token `_accept_stop` takes.
+    fn _accept_start(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> PyResult<u64> {
         self.accept_start(py, fd, callback)
     }
 
@@ -618,13 +618,13 @@ impl Loop {
         Ok(())
     }
 
-    /// Starts a multishot accept for a server (`None`: accept by readiness instead).
+    /// Starts a multishot accept for a server; returns its token.
     pub(super) fn accept_start(
         &self,
         py: Python<'_>,
         fd: i32,
         callback: Py<PyAny>,
-    ) -> PyResult<Option<u64>> {
+    ) -> PyResult<u64> {
         self.core.check_closed()?;
         Ok(self.core.accept_start(py, fd, callback))
     }

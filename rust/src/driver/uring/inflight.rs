@@ -21,8 +21,11 @@ const GENERATION_MASK: u32 = (1 << 31) - 1;
 pub(super) enum Kind {
     /// Readiness: what it waits for (error conditions report all of it).
     Poll(Interest),
-    /// Multishot accept.
+    /// Multishot accept, the kernel's (`IORING_ACCEPT_MULTISHOT`).
     AcceptMulti,
+    /// Multishot accept performed by the driver: a POLL_ADD for readability of the
+    /// listening socket, then `accept4` until it has nothing left, re-armed each time.
+    AcceptPoll,
     /// One `sendmsg` of the `msghdr` at this address.
     SendMsg(usize),
 }
@@ -30,7 +33,12 @@ pub(super) enum Kind {
 impl Kind {
     /// Yields several CQEs (only the last without `MORE`).
     pub(super) fn is_multishot(self) -> bool {
-        matches!(self, Kind::AcceptMulti)
+        self.is_accept()
+    }
+
+    /// An accept, either way it is performed.
+    pub(super) fn is_accept(self) -> bool {
+        matches!(self, Kind::AcceptMulti | Kind::AcceptPoll)
     }
 
     /// Reads caller memory while in flight (must be retired before that memory goes).
@@ -80,7 +88,7 @@ impl Inflight {
             .enumerate()
             .filter(|(_, s)| {
                 s.entry
-                    .is_some_and(|e| e.kind.uses_buffers() || e.kind == Kind::AcceptMulti)
+                    .is_some_and(|e| e.kind.uses_buffers() || e.kind.is_accept())
             })
             .map(|(i, s)| (u64::from(s.generation) << 32) | i as u64)
             .collect()
@@ -122,6 +130,14 @@ impl Inflight {
     pub(super) fn get(&mut self, user_data: u64) -> Option<(Entry, bool)> {
         let slot = self.slot_mut(user_data)?;
         Some((slot.entry?, slot.cancel_sent))
+    }
+
+    /// Changes how the op behind `user_data` is performed (an accept the kernel refused
+    /// as multishot goes on as [`Kind::AcceptPoll`]).
+    pub(super) fn set_kind(&mut self, user_data: u64, kind: Kind) {
+        if let Some(entry) = self.slot_mut(user_data).and_then(|s| s.entry.as_mut()) {
+            entry.kind = kind;
+        }
     }
 
     /// Forgets that a cancel was sent (its SQE could not be queued).
@@ -180,6 +196,9 @@ mod tests {
         assert_eq!(t.complete(a), None, "stale user_data");
         assert_eq!(t.len(), 1);
         assert_eq!(t.retire_user_data(), vec![b], "an accept is retired");
+        t.set_kind(b, Kind::AcceptPoll);
+        assert_eq!(t.get(b).map(|(e, _)| e.kind), Some(Kind::AcceptPoll));
+        assert_eq!(t.retire_user_data(), vec![b], "so is a performed one");
         assert!(b <= MAX_USER_DATA);
     }
 }

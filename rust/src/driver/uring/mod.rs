@@ -10,6 +10,17 @@
 //! (`-ECANCELED`) when it next fires, like every io_uring request of an exiting task; the
 //! driver re-arms such ops from the waiting thread, so `-ECANCELED` still means "you
 //! cancelled it".
+//!
+//! `Op::AcceptMulti` is the kernel's multishot ACCEPT where it has one (Linux 5.19, probed).
+//! Elsewhere, or when the kernel refuses it on a listening socket (`-EINVAL`), the driver
+//! performs it as the `poll` driver does: what is waiting is accepted at once (`accept4`,
+//! up to `ACCEPT_BATCH`), then a POLL_ADD waits for the listening socket to be readable,
+//! and each time it is the driver accepts again and re-arms it. Same contract either way:
+//! one completion per connection, one final (`-ECANCELED` after a cancel, `-EINVAL`
+//! for a socket that does not listen, or the accept's error). Test hook:
+//! `RSLOOP_TEST_URING_NO_ACCEPT_MULTI=1`, read by [`UringDriver::new`], takes that path on
+//! a kernel that has multishot accept (the Python server tests run with it too); Rust tests
+//! use [`UringOptions::no_accept_multi`].
 
 mod inflight;
 mod ops;
@@ -26,6 +37,7 @@ use io_uring::{cqueue, squeue, types, IoUring};
 
 use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
 use crate::sys;
+use crate::sys::RawFd;
 use inflight::{Inflight, Kind};
 
 /// user_data of the waker's eventfd READ (or POLL_ADD) op.
@@ -42,6 +54,11 @@ const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// Bounded rounds of waiting for the waker read's final CQE on drop.
 const RETIRE_ROUNDS: u32 = 5;
 
+/// Connections one readiness of a listening socket accepts at most when the driver performs
+/// `Op::AcceptMulti` itself (asyncio's default backlog, as on `poll`): the rest are taken
+/// after the re-armed POLL_ADD, which completes at once while some wait.
+const ACCEPT_BATCH: usize = 100;
+
 /// Test knobs: run the paths older kernels take on a new kernel.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -50,6 +67,9 @@ pub struct UringOptions {
     pub no_ext_arg: bool,
     /// Wake through POLL_ADD + read(2) as if eventfd reads could not wait in the ring.
     pub poll_waker: bool,
+    /// Perform `Op::AcceptMulti` by POLL_ADD + `accept4` as if multishot accept (5.19)
+    /// were missing.
+    pub no_accept_multi: bool,
 }
 
 /// A thread-safe handle that interrupts [`UringDriver::wait`] by writing its eventfd.
@@ -94,7 +114,8 @@ pub struct UringDriver {
     /// The waker op is in the ring (queued or in flight).
     wake_armed: bool,
     inflight: Inflight,
-    /// Scratch: ops the kernel cancelled behind our back, to re-arm after a reap.
+    /// Scratch: ops to re-arm after a reap: those the kernel cancelled behind our back,
+    /// and the accepts the driver performs (their POLL_ADD after each readiness).
     rearm: Vec<u64>,
     ext_arg: bool,
     /// Read by the kernel when a TIMEOUT SQE is submitted (no `EXT_ARG`); boxed so its
@@ -105,7 +126,10 @@ pub struct UringDriver {
     /// The thread that created the ring: with `COOP_TASKRUN` only it runs the task work
     /// that completes its requests, so a loop that moves to another thread gets a new ring.
     thread: std::thread::ThreadId,
-    /// The kernel takes multishot accepts (Linux 5.19).
+    /// Connections an accept the driver performs took at submit, delivered by the next
+    /// `wait` (which then does not block); closed with the driver if none came to take them.
+    multi: Vec<Completion>,
+    /// The kernel takes multishot accepts (Linux 5.19); else the driver performs them.
     accept_multi: bool,
     /// Zero-timeout waits in a row that made no syscall (see `QUIET_WAITS_MAX`).
     quiet_waits: u32,
@@ -126,7 +150,13 @@ impl UringDriver {
     /// Creates a small ring (retrying smaller on ENOMEM), probes the opcodes it needs and
     /// arms the waker. Errors read like `io_uring_setup: EPERM (Operation not permitted)`.
     pub fn new() -> io::Result<Self> {
-        Self::with_options(UringOptions::default())
+        // A test hook (see the module doc), not a setting.
+        let no_accept_multi =
+            std::env::var_os("RSLOOP_TEST_URING_NO_ACCEPT_MULTI").is_some_and(|v| v == "1");
+        Self::with_options(UringOptions {
+            no_accept_multi,
+            ..UringOptions::default()
+        })
     }
 
     /// [`new`](Self::new) with test knobs.
@@ -140,7 +170,8 @@ impl UringDriver {
             WakeMode::Poll
         };
         Ok(UringDriver {
-            accept_multi: features.accept_multi,
+            multi: Vec::new(),
+            accept_multi: features.accept_multi && !options.no_accept_multi,
             quiet_waits: 0,
             ring: ManuallyDrop::new(ring),
             wake_fd,
@@ -171,15 +202,8 @@ impl UringDriver {
                 }
                 (fd, Kind::Poll(interest))
             }
-            Op::AcceptMulti { fd } => {
-                if !self.accept_multi {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        "io_uring: no multishot accept on this kernel",
-                    ));
-                }
-                (fd, Kind::AcceptMulti)
-            }
+            Op::AcceptMulti { fd } if self.accept_multi => (fd, Kind::AcceptMulti),
+            Op::AcceptMulti { fd } => return self.submit_accept_poll(token, fd),
             Op::SendMsg { fd, msg } => (fd, Kind::SendMsg(msg)),
         };
         let Some(user_data) = self.inflight.insert(token, fd, kind) else {
@@ -197,9 +221,30 @@ impl UringDriver {
         Ok(())
     }
 
-    /// Whether `Op::AcceptMulti` can be submitted.
-    pub fn supports_accept_multi(&self) -> bool {
-        self.accept_multi
+    /// `Op::AcceptMulti` performed by the driver (no multishot accept in this kernel):
+    /// what is waiting is accepted now, and a socket that cannot accept (not listening:
+    /// `EINVAL`) ends the op at once, as the kernel's multishot accept does; otherwise a
+    /// POLL_ADD waits for the next connection (see `reap`).
+    fn submit_accept_poll(&mut self, token: Token, fd: RawFd) -> io::Result<()> {
+        let Some(user_data) = self.inflight.insert(token, fd, Kind::AcceptPoll) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "driver: token already has an operation in flight",
+            ));
+        };
+        self.counters.submissions += 1;
+        if let Some(result) = accept_batch(fd, token, &mut self.multi) {
+            self.inflight.complete(user_data);
+            self.multi.push(Completion::last(token, result));
+            return Ok(());
+        }
+        if let Err(e) = self.push(&sqe_for(fd, Kind::AcceptPoll).user_data(user_data)) {
+            // Connections taken above are the caller's already (`more`); the op is not in
+            // flight, as for any refused submit.
+            self.inflight.complete(user_data);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Queues an ASYNC_CANCEL for `token`'s op; that op's final completion (`-ECANCELED`, or
@@ -221,9 +266,10 @@ impl UringDriver {
     pub fn wait(&mut self, timeout: Option<Duration>, out: &mut Vec<Completion>) -> io::Result<()> {
         let start = out.len();
         let mut timeout = timeout.map(|t| t.min(MAX_WAIT));
-        if !self.ring.completion().is_empty() {
+        if !self.ring.completion().is_empty() || !self.multi.is_empty() {
             timeout = Some(Duration::ZERO);
         }
+        out.append(&mut self.multi);
         let (queued, flush) = {
             let sq = self.ring.submission();
             (!sq.is_empty(), sq.cq_overflow() || sq.taskrun())
@@ -402,9 +448,45 @@ impl UringDriver {
                             continue;
                         }
                     }
-                    let Some((entry, _)) = self.inflight.get(user_data) else {
+                    let Some((entry, cancel_sent)) = self.inflight.get(user_data) else {
                         continue;
                     };
+                    let performed = match entry.kind {
+                        Kind::AcceptPoll => Some(if res < 0 {
+                            // Ours (a cancel) or the socket's (`-EBADF`): the end.
+                            Some(res)
+                        } else if cancel_sent {
+                            // Readable, but cancelled: nothing more is accepted.
+                            Some(-libc::ECANCELED)
+                        } else {
+                            accept_batch(entry.fd, entry.token, out)
+                        }),
+                        Kind::AcceptMulti
+                            if res == -libc::EINVAL && !cancel_sent && !cqueue::more(flags) =>
+                        {
+                            // Refused: the socket does not listen, or the kernel does not
+                            // take the multishot flag after all. Go on as `AcceptPoll`; its
+                            // first `accept4` tells the two apart (EINVAL again: the socket
+                            // does not listen, the end).
+                            self.inflight.set_kind(user_data, Kind::AcceptPoll);
+                            let end = accept_batch(entry.fd, entry.token, out);
+                            if end.is_none() {
+                                self.accept_multi = false;
+                            }
+                            Some(end)
+                        }
+                        _ => None,
+                    };
+                    if let Some(end) = performed {
+                        match end {
+                            Some(result) => {
+                                self.inflight.complete(user_data);
+                                out.push(Completion::last(entry.token, result));
+                            }
+                            None => self.rearm.push(user_data),
+                        }
+                        continue;
+                    }
                     if entry.kind.is_multishot() {
                         let more = cqueue::more(flags);
                         if !more {
@@ -457,7 +539,9 @@ impl UringDriver {
     /// (bounded), so the senders' bytes are not read by the kernel after the driver is gone. Returns the connections accepted
     /// in the meantime.
     fn retire_ops(&mut self) -> Vec<Completion> {
-        let mut accepted = Vec::new();
+        // Connections taken by a submit that no wait handed out yet.
+        let mut accepted: Vec<Completion> =
+            self.multi.drain(..).filter(|c| c.result >= 0).collect();
         let targets = self.inflight.retire_user_data();
         if targets.is_empty() {
             return accepted;
@@ -467,7 +551,7 @@ impl UringDriver {
             let Some((entry, _)) = self.inflight.get(user_data) else {
                 continue;
             };
-            if entry.kind == Kind::AcceptMulti {
+            if entry.kind.is_accept() {
                 accepts.push(entry.token);
             }
             // Through `cancel`, so the final -ECANCELED reads as ours (not re-armed).
@@ -563,8 +647,35 @@ fn sqe_for(fd: i32, kind: Kind) -> squeue::Entry {
     match kind {
         Kind::Poll(interest) => ops::poll_add(fd, interest),
         Kind::AcceptMulti => ops::accept_multi(fd),
+        Kind::AcceptPoll => ops::poll_add(fd, Interest::READABLE),
         Kind::SendMsg(msg) => ops::send_msg(fd, msg as *const libc::msghdr),
     }
+}
+
+/// Accepts what is waiting on the listening socket `fd` (non-blocking, as asyncio's are),
+/// at most `ACCEPT_BATCH` connections, each a `Completion` with `more` in `out` (the
+/// new fds non-blocking and close-on-exec, as the kernel's accept makes them). `Some(-errno)`
+/// when an error other than "nothing left" (`EAGAIN`, `ECONNABORTED`, `EINTR`, as asyncio
+/// reads them) ends the accept: `-EINVAL` for a socket that does not listen; `None` to wait
+/// for the next readiness.
+fn accept_batch(fd: RawFd, token: Token, out: &mut Vec<Completion>) -> Option<i32> {
+    for _ in 0..ACCEPT_BATCH {
+        match sys::sock::accept_nowait(fd) {
+            Ok(conn) => out.push(Completion {
+                token,
+                result: conn,
+                more: true,
+            }),
+            Err(e) => {
+                // (EWOULDBLOCK is EAGAIN on Linux.)
+                return match e.raw_os_error().unwrap_or(libc::EIO) {
+                    libc::EAGAIN | libc::ECONNABORTED | libc::EINTR => None,
+                    code => Some(-code),
+                };
+            }
+        }
+    }
+    None
 }
 
 fn check_token(token: Token) -> io::Result<()> {

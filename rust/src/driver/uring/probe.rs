@@ -82,8 +82,8 @@ pub(super) fn setup(sizes: &[u32]) -> io::Result<(IoUring, Features)> {
         ext_arg: params.is_feature_ext_arg(),
         read: probe.is_supported(opcode::Read::CODE),
         // Multishot accept (5.19) is a flag of ACCEPT; SOCKET is the opcode that came with
-        // it. A kernel that refuses the flag anyway answers -EINVAL, and the server falls
-        // back to accepting by readiness.
+        // it. Without it, or if a kernel refuses the flag anyway (-EINVAL), the driver
+        // accepts by POLL_ADD + accept4 itself (`mod.rs`).
         accept_multi: probe.is_supported(opcode::Socket::CODE),
     };
     let mut required = vec![
