@@ -13,7 +13,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::ffi::gil::GilCell;
+use crate::ffi::gil::FlagCell;
 use crate::ffi::python::{
     as_base, gc_track, gc_untrack, is_context, new_context, refcnt, run_in_context,
     sole_and_untracked,
@@ -55,17 +55,82 @@ impl Args {
     }
 }
 
-/// What a handle's `arg` field holds.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// What a handle's `arg` field holds (its value is its two bits in [`Flags`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
 enum Shape {
     /// Nothing any more: the handle was cancelled or emptied (asyncio's `_args = None`).
-    Gone,
+    Gone = 0,
     /// No arguments.
-    Zero,
+    Zero = 1,
     /// `arg` is the single argument.
-    One,
+    One = 2,
     /// `arg` is the tuple of the arguments.
-    Many,
+    Many = 3,
+}
+
+impl Shape {
+    fn to_bits(self) -> u8 {
+        self as u8
+    }
+
+    fn from_bits(bits: u8) -> Self {
+        match bits & 3 {
+            0 => Shape::Gone,
+            1 => Shape::Zero,
+            2 => Shape::One,
+            _ => Shape::Many,
+        }
+    }
+}
+
+/// A handle's flags, kept in the spare bits of its cell's busy byte ([`FlagCell::bits`])
+/// rather than in fields: together with the four pointers they would take a word more,
+/// and the handle a larger allocation class.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Flags(u8);
+
+impl Flags {
+    /// `cancel()` was called.
+    const CANCELLED: u8 = 1;
+    /// The [`Shape`] of `arg`, two bits.
+    const SHAPE_SHIFT: u32 = 1;
+    const SHAPE: u8 = 3 << Self::SHAPE_SHIFT;
+    /// `context` is `None` or a context the loop made for a run: the handle was scheduled
+    /// from an empty context (see `HandleState::context`).
+    const FRESH_CONTEXT: u8 = 1 << 3;
+    /// The loop was in debug mode when the handle was made.
+    const DEBUG: u8 = 1 << 4;
+    /// Every bit a handle's contents set; `refill` and `empty` rewrite all of them.
+    const ALL: u8 = Self::CANCELLED | Self::SHAPE | Self::FRESH_CONTEXT | Self::DEBUG;
+
+    /// A new, uncancelled handle's flags.
+    fn new(shape: Shape, fresh_context: bool, debug: bool) -> Self {
+        let mut bits = shape.to_bits() << Self::SHAPE_SHIFT;
+        if fresh_context {
+            bits |= Self::FRESH_CONTEXT;
+        }
+        if debug {
+            bits |= Self::DEBUG;
+        }
+        Flags(bits)
+    }
+
+    fn cancelled(self) -> bool {
+        self.0 & Self::CANCELLED != 0
+    }
+
+    fn shape(self) -> Shape {
+        Shape::from_bits(self.0 >> Self::SHAPE_SHIFT)
+    }
+
+    fn fresh_context(self) -> bool {
+        self.0 & Self::FRESH_CONTEXT != 0
+    }
+
+    fn debug(self) -> bool {
+        self.0 & Self::DEBUG != 0
+    }
 }
 
 /// [`Args`] cloned out of a handle for one run.
@@ -102,21 +167,21 @@ impl<'py> BoundArgs<'py> {
 }
 
 /// What a handle runs. The callback and arguments are dropped on cancel, as asyncio does.
+/// Its flags (the shape of `arg`, whether `context` is fresh, debug mode, cancelled) are
+/// in the cell's spare bits ([`Flags`]).
 struct HandleState {
     callback: Option<Py<PyAny>>,
-    /// The argument or the tuple of them, as `shape` says ([`Args::split`]).
+    /// The argument or the tuple of them, as the shape flag says ([`Args::split`]).
     arg: Option<Py<PyAny>>,
-    shape: Shape,
-    /// The context to run in; `None` with `fresh_context` means "a new empty context":
-    /// the snapshot taken at scheduling time was empty, and an empty snapshot and a new
-    /// empty context cannot be told apart, except that the latter is made only when the
-    /// callback runs (from CPython's context freelist, so no garbage-collector churn).
+    /// The context to run in; `None` with the fresh-context flag means "a new empty
+    /// context": the snapshot taken at scheduling time was empty, and an empty snapshot
+    /// and a new empty context cannot be told apart, except that the latter is made only
+    /// when the callback runs (from CPython's context freelist, so no garbage-collector
+    /// churn).
     context: Option<Py<PyAny>>,
-    fresh_context: bool,
-    debug: bool,
-    /// What only debug mode keeps, boxed so that it costs other handles one word: a
-    /// handle of 80 bytes (weak-reference slot included) sits in pymalloc's 96-byte size
-    /// class (with the collector's header), where the two fields inline made it 112.
+    /// What only debug mode keeps, boxed so that it costs other handles one word: with
+    /// the flags in the cell's busy byte, a handle is 64 bytes (weak-reference slot
+    /// included), in pymalloc's 80-byte size class with the collector's header.
     debug_info: Option<Box<DebugInfo>>,
 }
 
@@ -129,20 +194,10 @@ struct DebugInfo {
 }
 
 impl HandleState {
-    fn set_args(&mut self, args: Args) {
-        (self.shape, self.arg) = args.split();
-    }
-
-    /// Takes the arguments out (to drop them), as cancel() does.
-    fn take_args(&mut self) -> Option<Py<PyAny>> {
-        self.shape = Shape::Gone;
-        self.arg.take()
-    }
-
-    /// The arguments for one run; `None` once cancelled or emptied.
+    /// The arguments for one run, `arg` being of `shape`; `None` once cancelled or emptied.
     #[inline(always)]
-    fn bound_args<'py>(&self, py: Python<'py>) -> Option<BoundArgs<'py>> {
-        Some(match (self.shape, &self.arg) {
+    fn bound_args<'py>(&self, py: Python<'py>, shape: Shape) -> Option<BoundArgs<'py>> {
+        Some(match (shape, &self.arg) {
             (Shape::Zero, _) => BoundArgs::Zero,
             (Shape::One, Some(a)) => BoundArgs::One(a.bind(py).clone()),
             (Shape::Many, Some(t)) => match t.bind(py).cast::<PyTuple>() {
@@ -176,13 +231,17 @@ fn debug_info(source_traceback: Option<Py<PyAny>>) -> Option<Box<DebugInfo>> {
 }
 
 /// The Python objects a handle let go of; dropped by the caller outside any cell.
-pub struct Released(HandleState);
+pub struct Released {
+    state: HandleState,
+    /// The handle's fresh-context flag: `state.context` is one the loop made.
+    fresh_context: bool,
+}
 
 impl Released {
     /// Drops the objects as `Bound`s: a plain decref each (a `Py`'s drop first asks a
     /// thread-local whether the GIL is held).
     pub fn drop_attached(self, py: Python<'_>) {
-        let st = self.0;
+        let st = self.state;
         drop(st.callback.map(|o| o.into_bound(py)));
         drop(st.arg.map(|o| o.into_bound(py)));
         drop(st.context.map(|o| o.into_bound(py)));
@@ -194,8 +253,8 @@ impl Released {
     /// The context the loop made for the run of a handle scheduled from an empty context,
     /// if it had one (see `HandleState::context`).
     pub fn take_made_context(&mut self) -> Option<Py<PyAny>> {
-        if self.0.fresh_context {
-            self.0.context.take()
+        if self.fresh_context {
+            self.state.context.take()
         } else {
             None
         }
@@ -206,10 +265,12 @@ impl Released {
 ///
 /// All mutable state sits in one GIL-guarded cell so that a finished handle nobody else
 /// references can be recycled for the next `call_soon` (see `core::Queues::free`).
+///
+/// Layout: four pointers and the cell's busy byte (holding the [`Flags`] too), then the
+/// weak-reference list: 64 bytes with the object header, 80 with the collector's.
 #[pyclass(frozen, subclass, weakref, module = "rsloop._rsloop", name = "Handle")]
 pub struct Handle {
-    state: GilCell<HandleState>,
-    cancelled: AtomicBool,
+    state: FlagCell<HandleState>,
 }
 
 /// How a handle is run and what it tells the caller.
@@ -230,18 +291,36 @@ impl Handle {
         debug: bool,
     ) -> Self {
         let (shape, arg) = args.split();
+        let flags = Flags::new(shape, context.is_none(), debug);
         Handle {
-            state: GilCell::new(HandleState {
-                callback: Some(callback),
-                arg,
-                shape,
-                fresh_context: context.is_none(),
-                context,
-                debug,
-                debug_info: debug_info(source_traceback),
-            }),
-            cancelled: AtomicBool::new(false),
+            state: FlagCell::with_bits(
+                HandleState {
+                    callback: Some(callback),
+                    arg,
+                    context,
+                    debug_info: debug_info(source_traceback),
+                },
+                flags.0,
+            ),
         }
+    }
+
+    #[inline]
+    fn flags(&self) -> Flags {
+        Flags(self.state.bits())
+    }
+
+    /// Sets the flags under `mask` (callable inside `state.with`).
+    #[inline]
+    fn set_flags(&self, py: Python<'_>, mask: u8, flags: Flags) {
+        self.state.set_bits(py, mask, flags.0);
+    }
+
+    /// Marks `arg` as holding `shape`.
+    #[inline]
+    fn set_shape(&self, py: Python<'_>, shape: Shape) {
+        let bits = Flags(shape.to_bits() << Flags::SHAPE_SHIFT);
+        self.set_flags(py, Flags::SHAPE, bits);
     }
 
     /// Gives a finished, unreferenced handle new contents (the freelist's reuse). Returns
@@ -255,28 +334,33 @@ impl Handle {
         source_traceback: Option<Py<PyAny>>,
         debug: bool,
     ) {
-        self.state.with(py, |st| {
+        let (shape, arg) = args.split();
+        let flags = Flags::new(shape, context.is_none(), debug);
+        self.state.with_flags(py, |st, bits| {
             st.callback = Some(callback);
-            st.set_args(args);
-            st.fresh_context = context.is_none();
+            st.arg = arg;
             st.context = context;
-            st.debug = debug;
             st.debug_info = debug_info(source_traceback);
+            *bits = (*bits & !Flags::ALL) | flags.0;
         });
-        self.cancelled.store(false, Ordering::Relaxed);
     }
 
     /// Takes every Python object out of the handle (before it goes on the freelist).
     pub fn empty(&self, py: Python<'_>) -> Released {
-        Released(self.state.with(py, |st| HandleState {
-            callback: st.callback.take(),
-            shape: st.shape,
-            arg: st.take_args(),
-            context: st.context.take(),
-            fresh_context: std::mem::take(&mut st.fresh_context),
-            debug: false,
-            debug_info: st.debug_info.take(),
-        }))
+        self.state.with_flags(py, |st, bits| {
+            let fresh_context = Flags(*bits).fresh_context();
+            // Gone, neither fresh nor debug; `cancelled` stays as it was.
+            *bits &= !(Flags::ALL & !Flags::CANCELLED);
+            Released {
+                state: HandleState {
+                    callback: st.callback.take(),
+                    arg: st.arg.take(),
+                    context: st.context.take(),
+                    debug_info: st.debug_info.take(),
+                },
+                fresh_context,
+            }
+        })
     }
 
     /// The loop takes `handle` into one of its queues (the ready queue, the timer heap, a
@@ -336,7 +420,7 @@ impl Handle {
     /// Whether `cancel()` was called.
     #[inline]
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed)
+        self.flags().cancelled()
     }
 
     /// Runs the callback under its context, like `asyncio.Handle._run` minus the reporting.
@@ -345,16 +429,16 @@ impl Handle {
     pub fn run(&self, py: Python<'_>, spare: &mut Option<Py<PyAny>>) -> RunOutcome {
         // Bound, not Py, clones: dropping a Bound is a plain decref (a Py's drop first
         // asks a thread-local whether the GIL is held).
-        let cloned = self
-            .state
-            .with(py, |st| match (&st.callback, st.bound_args(py)) {
+        let cloned = self.state.with_flags(py, |st, bits| {
+            match (&st.callback, st.bound_args(py, Flags(*bits).shape())) {
                 (Some(cb), Some(args)) => Some((
                     cb.bind(py).clone(),
                     args,
                     st.context.as_ref().map(|c| c.bind(py).clone()),
                 )),
                 _ => None,
-            });
+            }
+        });
         let Some((callback, args, context)) = cloned else {
             return RunOutcome::Done;
         };
@@ -398,9 +482,13 @@ impl Handle {
     pub fn cancel_inner(slf: &Bound<'_, Handle>) -> PyResult<bool> {
         let this = slf.get();
         let py = slf.py();
-        if this.cancelled.swap(true, Ordering::Relaxed) {
+        let flags = this.flags();
+        if flags.cancelled() {
             return Ok(false);
         }
+        // No Python code runs between the test and the set, so under the GIL the two act
+        // as one swap: a second cancel() returns above.
+        this.set_flags(py, Flags::CANCELLED, Flags(Flags::CANCELLED));
         // asyncio's TimerHandle.cancel: a cancelled timer still in the heap is counted
         // (before anything below can fail), whichever class's cancel() was called.
         if let Ok(timer) = slf.cast::<TimerHandle>() {
@@ -409,25 +497,25 @@ impl Handle {
                 t.cancelled_in_heap.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if this.state.with(py, |st| st.debug) {
+        if flags.debug() {
             let text = slf.repr()?.to_string();
             this.state.with(py, |st| {
                 st.debug_info.get_or_insert_with(Box::default).repr_cache =
                     Some(text.into_boxed_str());
             });
         }
+        this.set_shape(py, Shape::Gone);
         let released = this
             .state
-            .with(py, |st| (st.callback.take(), st.take_args()));
+            .with(py, |st| (st.callback.take(), st.arg.take()));
         drop(released);
         Ok(true)
     }
 
     // The context object, made (once) if the handle was scheduled from an empty context.
     fn context_object(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let needs_one = self
-            .state
-            .with(py, |st| st.fresh_context && st.context.is_none());
+        let fresh = self.flags().fresh_context();
+        let needs_one = fresh && self.state.with(py, |st| st.context.is_none());
         if needs_one {
             let made = new_context(py)?;
             let unused = self.state.with(py, |st| {
@@ -504,7 +592,8 @@ impl Handle {
 
     #[getter]
     fn _args(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
-        let seen = self.state.with(py, |st| match (st.shape, &st.arg) {
+        let shape = self.flags().shape();
+        let seen = self.state.with(py, |st| match (shape, &st.arg) {
             (Shape::Zero, _) => Some(Err(None)),
             (Shape::One, Some(a)) => Some(Err(Some(a.clone_ref(py)))),
             (Shape::Many, Some(t)) => Some(Ok(t.clone_ref(py))),
@@ -521,9 +610,10 @@ impl Handle {
         // code read `_args` (and stored its own tuple) or cancelled the handle meanwhile,
         // what the handle holds now is the answer.
         let tuple = PyTuple::new(py, [&single])?.into_any();
-        let (answer, replaced) = self.state.with(py, |st| match (st.shape, &st.arg) {
+        let shape = self.flags().shape();
+        let (answer, replaced) = self.state.with(py, |st| match (shape, &st.arg) {
             (Shape::One, Some(a)) if a.is(&single) => {
-                st.shape = Shape::Many;
+                self.set_shape(py, Shape::Many);
                 (
                     Some(tuple.clone().unbind()),
                     st.arg.replace(tuple.clone().unbind()),
@@ -540,8 +630,8 @@ impl Handle {
     /// Whether the loop was in debug mode when this handle was made (3.13+ formats the
     /// arguments only then).
     #[getter]
-    fn _debug(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |st| st.debug)
+    fn _debug(&self) -> bool {
+        self.flags().debug()
     }
 
     #[getter]
