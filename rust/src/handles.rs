@@ -3,7 +3,7 @@
 //! Owns: what one scheduled callback is, running it under its context, cancellation.
 //! Not: queues and ordering (`core/`), formatting and error reporting (Python, `rsloop/_format.py`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::gc::PyVisit;
@@ -101,8 +101,20 @@ impl Flags {
     const FRESH_CONTEXT: u8 = 1 << 3;
     /// The loop was in debug mode when the handle was made.
     const DEBUG: u8 = 1 << 4;
-    /// Every bit a handle's contents set; `refill` and `empty` rewrite all of them.
-    const ALL: u8 = Self::CANCELLED | Self::SHAPE | Self::FRESH_CONTEXT | Self::DEBUG;
+    /// A timer's: the entry has left the loop's timer heap (clear, a new timer is in it:
+    /// `Handle::new` and `refill` know nothing of timers).
+    const OFF_HEAP: u8 = 1 << 5;
+    /// A timer's: its deadline was an `int` given to `call_at` that f64 holds exactly.
+    const INT_WHEN: u8 = 1 << 6;
+    /// Every bit; `refill` rewrites all of them.
+    const ALL: u8 = Self::CANCELLED
+        | Self::SHAPE
+        | Self::FRESH_CONTEXT
+        | Self::DEBUG
+        | Self::OFF_HEAP
+        | Self::INT_WHEN;
+    /// What `empty` clears: the bits that describe the contents it takes.
+    const CONTENTS: u8 = Self::SHAPE | Self::FRESH_CONTEXT | Self::DEBUG;
 
     /// A new, uncancelled handle's flags.
     fn new(shape: Shape, fresh_context: bool, debug: bool) -> Self {
@@ -130,6 +142,14 @@ impl Flags {
 
     fn debug(self) -> bool {
         self.0 & Self::DEBUG != 0
+    }
+
+    fn off_heap(self) -> bool {
+        self.0 & Self::OFF_HEAP != 0
+    }
+
+    fn int_when(self) -> bool {
+        self.0 & Self::INT_WHEN != 0
     }
 }
 
@@ -349,8 +369,8 @@ impl Handle {
     pub fn empty(&self, py: Python<'_>) -> Released {
         self.state.with_flags(py, |st, bits| {
             let fresh_context = Flags(*bits).fresh_context();
-            // Gone, neither fresh nor debug; `cancelled` stays as it was.
-            *bits &= !(Flags::ALL & !Flags::CANCELLED);
+            // Gone, neither fresh nor debug; `cancelled` and the timer bits stay.
+            *bits &= !Flags::CONTENTS;
             Released {
                 state: HandleState {
                     callback: st.callback.take(),
@@ -492,9 +512,11 @@ impl Handle {
         // asyncio's TimerHandle.cancel: a cancelled timer still in the heap is counted
         // (before anything below can fail), whichever class's cancel() was called.
         if let Ok(timer) = slf.cast::<TimerHandle>() {
-            let t = timer.get();
-            if t.scheduled.load(Ordering::Relaxed) {
-                t.cancelled_in_heap.fetch_add(1, Ordering::Relaxed);
+            if !flags.off_heap() {
+                timer
+                    .get()
+                    .cancelled_in_heap
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
         if flags.debug() {
@@ -664,16 +686,14 @@ impl Handle {
 }
 
 /// A callback scheduled for a deadline (`call_later`, `call_at`).
+///
+/// Whether the entry is in the loop's heap and whether its deadline was an `int` are two
+/// of the `Handle` part's [`Flags`]: two fields more would make the timer 88 bytes where
+/// it is 80 (96 with the collector's header, a pymalloc size class, where 88 is in 112).
 #[pyclass(frozen, extends = Handle, module = "rsloop._rsloop", name = "TimerHandle")]
 pub struct TimerHandle {
     /// The deadline as f64 bits (mutable only while the handle sits on the freelist).
     when: AtomicU64,
-    /// True while the entry sits in the loop's timer heap.
-    scheduled: AtomicBool,
-    /// The deadline was an `int` given to `call_at` that f64 holds exactly: `when()` and
-    /// `_when` give it back as an `int`, as asyncio keeps what it was given (the flag
-    /// sits in the padding after `scheduled`, so the handle stays as small).
-    int_when: AtomicBool,
     /// The loop's count of cancelled entries still in the heap (asyncio's
     /// `_timer_cancelled_count`), shared so `cancel()` needs no loop reference.
     cancelled_in_heap: Arc<AtomicUsize>,
@@ -684,8 +704,6 @@ impl TimerHandle {
     pub fn new(when: f64, cancelled_in_heap: Arc<AtomicUsize>) -> Self {
         TimerHandle {
             when: AtomicU64::new(when.to_bits()),
-            scheduled: AtomicBool::new(true),
-            int_when: AtomicBool::new(false),
             cancelled_in_heap,
         }
     }
@@ -697,22 +715,23 @@ impl TimerHandle {
     }
 
     /// Gives a recycled timer (emptied, off the heap, unreferenced) a new deadline; the
-    /// caller refills its `Handle` part and pushes it onto the heap.
+    /// caller refills its `Handle` part (which marks it in the heap again, with a float
+    /// deadline) and pushes it onto the heap.
     pub fn rearm(&self, when: f64) {
         self.when.store(when.to_bits(), Ordering::Relaxed);
-        self.scheduled.store(true, Ordering::Relaxed);
-        self.int_when.store(false, Ordering::Relaxed);
     }
 
     /// Marks the deadline as one `call_at` got as an `int` (`when` converted exactly).
-    pub fn set_int_deadline(&self) {
-        self.int_when.store(true, Ordering::Relaxed);
+    pub fn set_int_deadline(timer: &Bound<'_, TimerHandle>) {
+        let base = timer.as_super().get();
+        base.set_flags(timer.py(), Flags::INT_WHEN, Flags(Flags::INT_WHEN));
     }
 
     /// The deadline as Python sees it: the `int` `call_at` was given, else a float.
-    fn when_object(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let when = self.deadline();
-        if self.int_when.load(Ordering::Relaxed) {
+    fn when_object(slf: &Bound<'_, TimerHandle>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let when = slf.get().deadline();
+        if slf.as_super().get().flags().int_when() {
             // Exact: the flag is set only for an i64 that f64 holds.
             Ok((when as i64).into_pyobject(py)?.into_any().unbind())
         } else {
@@ -721,25 +740,27 @@ impl TimerHandle {
     }
 
     /// Called by the loop when the entry leaves the heap.
-    pub fn unschedule(&self) {
-        self.scheduled.store(false, Ordering::Relaxed);
+    #[inline]
+    pub fn unschedule(timer: &Py<TimerHandle>, py: Python<'_>) {
+        let base = as_base(timer).get();
+        base.set_flags(py, Flags::OFF_HEAP, Flags(Flags::OFF_HEAP));
     }
 }
 
 #[pymethods]
 impl TimerHandle {
-    fn when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.when_object(py)
+    fn when(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        TimerHandle::when_object(slf)
     }
 
     #[getter]
-    fn _when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.when_object(py)
+    fn _when(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        TimerHandle::when_object(slf)
     }
 
     #[getter]
-    fn _scheduled(&self) -> bool {
-        self.scheduled.load(Ordering::Relaxed)
+    fn _scheduled(slf: &Bound<'_, Self>) -> bool {
+        !slf.as_super().get().flags().off_heap()
     }
 
     fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
