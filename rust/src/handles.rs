@@ -106,13 +106,6 @@ impl Flags {
     const OFF_HEAP: u8 = 1 << 5;
     /// A timer's: its deadline was an `int` given to `call_at` that f64 holds exactly.
     const INT_WHEN: u8 = 1 << 6;
-    /// Every bit; `refill` rewrites all of them.
-    const ALL: u8 = Self::CANCELLED
-        | Self::SHAPE
-        | Self::FRESH_CONTEXT
-        | Self::DEBUG
-        | Self::OFF_HEAP
-        | Self::INT_WHEN;
     /// What `empty` clears: the bits that describe the contents it takes.
     const CONTENTS: u8 = Self::SHAPE | Self::FRESH_CONTEXT | Self::DEBUG;
 
@@ -150,6 +143,33 @@ impl Flags {
 
     fn int_when(self) -> bool {
         self.0 & Self::INT_WHEN != 0
+    }
+
+    /// `arg` now holds `shape`.
+    fn with_shape(self, shape: Shape) -> Self {
+        Flags((self.0 & !Self::SHAPE) | (shape.to_bits() << Self::SHAPE_SHIFT))
+    }
+
+    /// What `cancel()` makes of the flags; `None` if it was already called (a no-op).
+    /// The shape stays until the arguments are dropped (debug mode's repr shows them).
+    fn cancel(self) -> Option<Self> {
+        (!self.cancelled()).then_some(Flags(self.0 | Self::CANCELLED))
+    }
+
+    /// A timer's entry left the loop's heap.
+    fn unscheduled(self) -> Self {
+        Flags(self.0 | Self::OFF_HEAP)
+    }
+
+    /// A timer's deadline was an `int`.
+    fn with_int_when(self) -> Self {
+        Flags(self.0 | Self::INT_WHEN)
+    }
+
+    /// After `empty`: no contents (shape gone, no fresh context, no debug), while
+    /// `cancelled` and the timer's bits stay as they were.
+    fn emptied(self) -> Self {
+        Flags(self.0 & !Self::CONTENTS)
     }
 }
 
@@ -330,17 +350,11 @@ impl Handle {
         Flags(self.state.bits())
     }
 
-    /// Sets the flags under `mask` (callable inside `state.with`).
+    /// Replaces the flags by `f` of them (callable inside `state.with`, not
+    /// `state.with_flags`).
     #[inline]
-    fn set_flags(&self, py: Python<'_>, mask: u8, flags: Flags) {
-        self.state.set_bits(py, mask, flags.0);
-    }
-
-    /// Marks `arg` as holding `shape`.
-    #[inline]
-    fn set_shape(&self, py: Python<'_>, shape: Shape) {
-        let bits = Flags(shape.to_bits() << Flags::SHAPE_SHIFT);
-        self.set_flags(py, Flags::SHAPE, bits);
+    fn update_flags(&self, py: Python<'_>, f: impl FnOnce(Flags) -> Flags) {
+        self.state.update_bits(py, |bits| f(Flags(bits)).0);
     }
 
     /// Gives a finished, unreferenced handle new contents (the freelist's reuse). Returns
@@ -361,16 +375,18 @@ impl Handle {
             st.arg = arg;
             st.context = context;
             st.debug_info = debug_info(source_traceback);
-            *bits = (*bits & !Flags::ALL) | flags.0;
+            // Every bit: uncancelled, and a recycled timer is in the heap (it is pushed
+            // next) with a float deadline.
+            *bits = flags.0;
         });
     }
 
     /// Takes every Python object out of the handle (before it goes on the freelist).
     pub fn empty(&self, py: Python<'_>) -> Released {
         self.state.with_flags(py, |st, bits| {
-            let fresh_context = Flags(*bits).fresh_context();
-            // Gone, neither fresh nor debug; `cancelled` and the timer bits stay.
-            *bits &= !Flags::CONTENTS;
+            let flags = Flags(*bits);
+            *bits = flags.emptied().0;
+            let fresh_context = flags.fresh_context();
             Released {
                 state: HandleState {
                     callback: st.callback.take(),
@@ -503,12 +519,12 @@ impl Handle {
         let this = slf.get();
         let py = slf.py();
         let flags = this.flags();
-        if flags.cancelled() {
+        let Some(cancelled) = flags.cancel() else {
             return Ok(false);
-        }
+        };
         // No Python code runs between the test and the set, so under the GIL the two act
         // as one swap: a second cancel() returns above.
-        this.set_flags(py, Flags::CANCELLED, Flags(Flags::CANCELLED));
+        this.update_flags(py, |_| cancelled);
         // asyncio's TimerHandle.cancel: a cancelled timer still in the heap is counted
         // (before anything below can fail), whichever class's cancel() was called.
         if let Ok(timer) = slf.cast::<TimerHandle>() {
@@ -526,7 +542,7 @@ impl Handle {
                     Some(text.into_boxed_str());
             });
         }
-        this.set_shape(py, Shape::Gone);
+        this.update_flags(py, |f| f.with_shape(Shape::Gone));
         let released = this
             .state
             .with(py, |st| (st.callback.take(), st.arg.take()));
@@ -635,7 +651,7 @@ impl Handle {
         let shape = self.flags().shape();
         let (answer, replaced) = self.state.with(py, |st| match (shape, &st.arg) {
             (Shape::One, Some(a)) if a.is(&single) => {
-                self.set_shape(py, Shape::Many);
+                self.update_flags(py, |f| f.with_shape(Shape::Many));
                 (
                     Some(tuple.clone().unbind()),
                     st.arg.replace(tuple.clone().unbind()),
@@ -724,7 +740,7 @@ impl TimerHandle {
     /// Marks the deadline as one `call_at` got as an `int` (`when` converted exactly).
     pub fn set_int_deadline(timer: &Bound<'_, TimerHandle>) {
         let base = timer.as_super().get();
-        base.set_flags(timer.py(), Flags::INT_WHEN, Flags(Flags::INT_WHEN));
+        base.update_flags(timer.py(), Flags::with_int_when);
     }
 
     /// The deadline as Python sees it: the `int` `call_at` was given, else a float.
@@ -743,7 +759,7 @@ impl TimerHandle {
     #[inline]
     pub fn unschedule(timer: &Py<TimerHandle>, py: Python<'_>) {
         let base = as_base(timer).get();
-        base.set_flags(py, Flags::OFF_HEAP, Flags(Flags::OFF_HEAP));
+        base.update_flags(py, Flags::unscheduled);
     }
 }
 
@@ -808,5 +824,111 @@ impl TimerHandle {
             CompareOp::Ne => !same()?,
         };
         Ok(result.into_pyobject(py)?.to_owned().into_any().unbind())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Flags, Shape};
+
+    const SHAPES: [Shape; 4] = [Shape::Gone, Shape::Zero, Shape::One, Shape::Many];
+    /// Each flag's bits, apart.
+    const FIELDS: [u8; 6] = [
+        Flags::CANCELLED,
+        Flags::SHAPE,
+        Flags::FRESH_CONTEXT,
+        Flags::DEBUG,
+        Flags::OFF_HEAP,
+        Flags::INT_WHEN,
+    ];
+
+    /// Every value the seven bits a `FlagCell` gives its owner can hold.
+    fn every_flags() -> impl Iterator<Item = Flags> {
+        (0u8..0x80).map(Flags)
+    }
+
+    #[test]
+    fn the_flags_are_apart_and_fit_the_seven_bits_a_flag_cell_keeps() {
+        let mut seen = 0u8;
+        for bits in FIELDS {
+            assert_ne!(bits, 0);
+            assert_eq!(seen & bits, 0, "{bits:#b} overlaps another flag");
+            seen |= bits;
+        }
+        assert_eq!(seen, 0x7f);
+    }
+
+    #[test]
+    fn a_shape_round_trips_through_its_two_bits() {
+        for shape in SHAPES {
+            assert_eq!(Shape::from_bits(shape.to_bits()), shape);
+            assert!(shape.to_bits() <= 3);
+        }
+    }
+
+    #[test]
+    fn new_flags_hold_what_they_were_given_and_nothing_else() {
+        for shape in SHAPES {
+            for fresh in [false, true] {
+                for debug in [false, true] {
+                    let f = Flags::new(shape, fresh, debug);
+                    assert_eq!(f.shape(), shape);
+                    assert_eq!(f.fresh_context(), fresh);
+                    assert_eq!(f.debug(), debug);
+                    // Uncancelled, and (for a timer) in the heap with a float deadline.
+                    assert!(!f.cancelled() && !f.off_heap() && !f.int_when());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn with_shape_changes_the_shape_alone() {
+        for f in every_flags() {
+            for shape in SHAPES {
+                let g = f.with_shape(shape);
+                assert_eq!(g.shape(), shape);
+                assert_eq!(g.0 & !Flags::SHAPE, f.0 & !Flags::SHAPE);
+            }
+        }
+    }
+
+    #[test]
+    fn cancel_sets_cancelled_once_and_keeps_the_rest() {
+        for f in every_flags() {
+            match f.cancel() {
+                None => assert!(f.cancelled()),
+                Some(g) => {
+                    assert!(!f.cancelled() && g.cancelled());
+                    // The shape stays: debug mode's repr still shows the arguments.
+                    assert_eq!(g.0 & !Flags::CANCELLED, f.0);
+                    assert_eq!(g.cancel(), None);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn emptied_drops_the_contents_flags_and_keeps_cancelled_and_the_timers() {
+        for f in every_flags() {
+            let g = f.emptied();
+            assert_eq!(g.shape(), Shape::Gone);
+            assert!(!g.fresh_context() && !g.debug());
+            assert_eq!(g.cancelled(), f.cancelled());
+            assert_eq!(g.off_heap(), f.off_heap());
+            assert_eq!(g.int_when(), f.int_when());
+        }
+    }
+
+    #[test]
+    fn the_timer_bits_are_set_alone() {
+        for f in every_flags() {
+            let off = f.unscheduled();
+            assert!(off.off_heap());
+            assert_eq!(off.0 & !Flags::OFF_HEAP, f.0 & !Flags::OFF_HEAP);
+            let int = f.with_int_when();
+            assert!(int.int_when());
+            assert_eq!(int.0 & !Flags::INT_WHEN, f.0 & !Flags::INT_WHEN);
+        }
     }
 }

@@ -134,16 +134,14 @@ impl<T> FlagCell<T> {
         self.busy.0.load(Ordering::Relaxed) >> 1
     }
 
-    /// Sets the owner's bits under `mask` to those of `bits`, leaving the rest (and the
-    /// access in progress, if any: this may be called from inside [`GilCell::with`]).
+    /// Replaces the owner's bits by `f` of them, leaving the access in progress, if any
+    /// (this may be called from inside [`GilCell::with`], not [`FlagCell::with_flags`]).
     #[inline]
-    pub fn set_bits(&self, _py: Python<'_>, mask: u8, bits: u8) {
+    pub fn update_bits(&self, _py: Python<'_>, f: impl FnOnce(u8) -> u8) {
         // The GIL orders every writer (see `FlagByte`), so load-then-store loses nothing.
         let held = self.busy.0.load(Ordering::Relaxed);
-        let (mask, bits) = (mask << 1, bits << 1);
-        self.busy
-            .0
-            .store((held & !mask) | (bits & mask), Ordering::Relaxed);
+        let bits = f(held >> 1) << 1;
+        self.busy.0.store((held & BUSY) | bits, Ordering::Relaxed);
     }
 }
 
@@ -164,7 +162,7 @@ impl Drop for ReleaseWith<'_> {
 impl<T> FlagCell<T> {
     /// [`GilCell::with`], with the owner's bits given to `f` to read and change: one load
     /// and two stores of the byte for the whole access. `f` must not call
-    /// [`FlagCell::set_bits`] (the bits `f` leaves overwrite it).
+    /// [`FlagCell::update_bits`] (the bits `f` leaves overwrite it).
     #[inline]
     pub fn with_flags<R>(&self, _py: Python<'_>, f: impl FnOnce(&mut T, &mut u8) -> R) -> R {
         let byte = &self.busy.0;
@@ -222,5 +220,37 @@ impl<T, B: Busy> GilCell<T, B> {
         // value exists, and none can be created before the traversal returns because
         // creating one needs this thread to run code outside the traversal.
         Some(unsafe { &*self.value.get() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Busy, FlagCell, GilCell};
+
+    #[test]
+    fn a_flag_cell_keeps_its_owner_bits_beside_the_busy_flag() {
+        for bits in 0u8..=0xff {
+            let cell = FlagCell::with_bits((), bits);
+            // Seven bits for the owner: the eighth is the busy flag's place.
+            assert_eq!(cell.bits(), bits & 0x7f);
+            assert!(!cell.busy.is_set());
+            assert!(!cell.busy.enter(), "a new cell is not busy");
+            assert!(cell.busy.is_set());
+            assert_eq!(cell.bits(), bits & 0x7f, "entering keeps the owner's bits");
+            assert!(cell.busy.enter(), "a second entry sees the first");
+            cell.busy.leave();
+            assert!(!cell.busy.is_set());
+            assert_eq!(cell.bits(), bits & 0x7f, "leaving keeps the owner's bits");
+        }
+    }
+
+    #[test]
+    fn a_plain_cell_flags_a_second_entry() {
+        let cell = GilCell::new(0u32);
+        assert!(!cell.busy.enter());
+        assert!(cell.busy.enter());
+        cell.busy.leave();
+        assert!(!cell.busy.is_set());
+        assert_eq!(cell.into_inner(), 0);
     }
 }
