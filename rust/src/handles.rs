@@ -91,11 +91,10 @@ impl Shape {
 struct Flags(u8);
 
 impl Flags {
+    /// The [`Shape`] of `arg`, two bits (the lowest: reading it is one mask).
+    const SHAPE: u8 = 3;
     /// `cancel()` was called.
-    const CANCELLED: u8 = 1;
-    /// The [`Shape`] of `arg`, two bits.
-    const SHAPE_SHIFT: u32 = 1;
-    const SHAPE: u8 = 3 << Self::SHAPE_SHIFT;
+    const CANCELLED: u8 = 1 << 2;
     /// `context` is `None` or a context the loop made for a run: the handle was scheduled
     /// from an empty context (see `HandleState::context`).
     const FRESH_CONTEXT: u8 = 1 << 3;
@@ -111,7 +110,7 @@ impl Flags {
 
     /// A new, uncancelled handle's flags.
     fn new(shape: Shape, fresh_context: bool, debug: bool) -> Self {
-        let mut bits = shape.to_bits() << Self::SHAPE_SHIFT;
+        let mut bits = shape.to_bits();
         if fresh_context {
             bits |= Self::FRESH_CONTEXT;
         }
@@ -126,7 +125,7 @@ impl Flags {
     }
 
     fn shape(self) -> Shape {
-        Shape::from_bits(self.0 >> Self::SHAPE_SHIFT)
+        Shape::from_bits(self.0)
     }
 
     fn fresh_context(self) -> bool {
@@ -147,7 +146,7 @@ impl Flags {
 
     /// `arg` now holds `shape`.
     fn with_shape(self, shape: Shape) -> Self {
-        Flags((self.0 & !Self::SHAPE) | (shape.to_bits() << Self::SHAPE_SHIFT))
+        Flags((self.0 & !Self::SHAPE) | shape.to_bits())
     }
 
     /// What `cancel()` makes of the flags; `None` if it was already called (a no-op).

@@ -51,10 +51,12 @@ impl Busy for Cell<bool> {
 }
 
 /// The bit of a [`FlagCell`]'s byte that says an access is in progress; the owner's bits
-/// sit above it.
-const BUSY: u8 = 1;
+/// are the seven below it (unshifted, so reading them is one mask).
+const BUSY: u8 = 0x80;
+/// The owner's bits of a [`FlagCell`]'s byte.
+const OWNER: u8 = !BUSY;
 
-/// A [`FlagCell`]'s byte: `BUSY`, and the owner's seven bits shifted left by one. Atomic
+/// A [`FlagCell`]'s byte: `BUSY`, and the owner's seven bits (`OWNER`). Atomic
 /// so that the owner's bits can be read without the GIL (a `frozen` pyclass's fields are
 /// reachable from any thread); written only by GIL holders, whom the GIL orders, so a
 /// plain load and store (no locked read-modify-write) never lose an update.
@@ -123,7 +125,7 @@ impl<T> FlagCell<T> {
     /// [`FlagCell::bits`]).
     pub const fn with_bits(value: T, bits: u8) -> Self {
         GilCell {
-            busy: FlagByte(AtomicU8::new(bits << 1)),
+            busy: FlagByte(AtomicU8::new(bits & OWNER)),
             value: UnsafeCell::new(value),
         }
     }
@@ -131,7 +133,7 @@ impl<T> FlagCell<T> {
     /// The owner's seven bits (the high bit of the answer is always 0). Needs no GIL.
     #[inline]
     pub fn bits(&self) -> u8 {
-        self.busy.0.load(Ordering::Relaxed) >> 1
+        self.busy.0.load(Ordering::Relaxed) & OWNER
     }
 
     /// Replaces the owner's bits by `f` of them, leaving the access in progress, if any
@@ -140,7 +142,7 @@ impl<T> FlagCell<T> {
     pub fn update_bits(&self, _py: Python<'_>, f: impl FnOnce(u8) -> u8) {
         // The GIL orders every writer (see `FlagByte`), so load-then-store loses nothing.
         let held = self.busy.0.load(Ordering::Relaxed);
-        let bits = f(held >> 1) << 1;
+        let bits = f(held & OWNER) & OWNER;
         self.busy.0.store((held & BUSY) | bits, Ordering::Relaxed);
     }
 }
@@ -155,7 +157,7 @@ struct ReleaseWith<'a> {
 impl Drop for ReleaseWith<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.byte.store(self.bits << 1, Ordering::Relaxed);
+        self.byte.store(self.bits & OWNER, Ordering::Relaxed);
     }
 }
 
@@ -175,7 +177,7 @@ impl<T> FlagCell<T> {
         byte.store(held | BUSY, Ordering::Relaxed);
         let mut release = ReleaseWith {
             byte,
-            bits: held >> 1,
+            bits: held & OWNER,
         };
         // SAFETY: as in `GilCell::with`: the GIL is held and `BUSY` was clear, so no other
         // reference to the value exists; this one dies before `release` clears `BUSY`.
