@@ -148,6 +148,56 @@ def test_cancelled_timers_are_compacted_and_the_rest_fire(loop):
     assert scheduled_count(loop) == 0
 
 
+def test_scheduled_follows_the_timer_in_and_out_of_the_heap(loop):
+    # asyncio's TimerHandle._scheduled: True from call_later until the loop takes the entry
+    # off its heap (run, or dropped once cancelled), cancel() alone leaves it True.
+    out = []
+    ran = loop.call_later(0, out.append, "ran")
+    dropped = loop.call_later(0.001, out.append, "dropped")
+    assert ran._scheduled and dropped._scheduled
+    dropped.cancel()
+    assert dropped._scheduled and dropped.cancelled()
+    run_for(loop, 0.01)
+    assert out == ["ran"]
+    assert not ran._scheduled and not ran.cancelled()
+    assert not dropped._scheduled
+
+
+def test_timers_reused_after_running_start_afresh(loop):
+    # Timers nobody holds are recycled by rsloop: what the last use left (an int deadline,
+    # off the heap, cancelled) must not show through on the next one.
+    out = []
+    for i in range(50):
+        loop.call_at(math.floor(loop.time()), out.append, i)
+        loop.call_later(0, out.append, -i).cancel()
+    run_for(loop, 0.01)
+    assert sorted(out) == list(range(50))  # equal deadlines: heap order, as in asyncio
+    fresh = [loop.call_later(10 + i, out.append, i) for i in range(100)]
+    for h in fresh:
+        assert type(h.when()) is float and type(h._when) is float
+        assert h._scheduled and not h.cancelled()
+    for h in fresh:
+        h.cancel()
+    run_once(loop)
+    assert scheduled_count(loop) == 0 and len(out) == 50
+
+
+def test_cancel_from_another_thread(loop):
+    import threading
+
+    out = []
+    timer = loop.call_later(0.02, out.append, "timer")
+    soon = loop.call_soon(out.append, "soon")
+    th = threading.Thread(target=lambda: (timer.cancel(), soon.cancel()))
+    th.start()
+    th.join()
+    assert timer.cancelled() and soon.cancelled()
+    assert timer._callback is None and soon._args is None
+    run_for(loop, 0.04)
+    assert out == []
+    assert scheduled_count(loop) == 0
+
+
 def test_cancelled_head_timers_are_dropped(loop):
     out = []
     hs = [loop.call_later(10 + i, out.append, i) for i in range(5)]

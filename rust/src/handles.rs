@@ -3,7 +3,7 @@
 //! Owns: what one scheduled callback is, running it under its context, cancellation.
 //! Not: queues and ordering (`core/`), formatting and error reporting (Python, `rsloop/_format.py`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::gc::PyVisit;
@@ -13,7 +13,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyTuple};
 use pyo3::PyTraverseError;
 
-use crate::ffi::gil::GilCell;
+use crate::ffi::gil::FlagCell;
 use crate::ffi::python::{
     as_base, gc_track, gc_untrack, is_context, new_context, refcnt, run_in_context,
     sole_and_untracked,
@@ -55,17 +55,121 @@ impl Args {
     }
 }
 
-/// What a handle's `arg` field holds.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// What a handle's `arg` field holds (its value is its two bits in [`Flags`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
 enum Shape {
     /// Nothing any more: the handle was cancelled or emptied (asyncio's `_args = None`).
-    Gone,
+    Gone = 0,
     /// No arguments.
-    Zero,
+    Zero = 1,
     /// `arg` is the single argument.
-    One,
+    One = 2,
     /// `arg` is the tuple of the arguments.
-    Many,
+    Many = 3,
+}
+
+impl Shape {
+    fn to_bits(self) -> u8 {
+        self as u8
+    }
+
+    fn from_bits(bits: u8) -> Self {
+        match bits & 3 {
+            0 => Shape::Gone,
+            1 => Shape::Zero,
+            2 => Shape::One,
+            _ => Shape::Many,
+        }
+    }
+}
+
+/// A handle's flags, kept in the spare bits of its cell's busy byte ([`FlagCell::bits`])
+/// rather than in fields: together with the four pointers they would take a word more,
+/// and the handle a larger allocation class.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Flags(u8);
+
+impl Flags {
+    /// The [`Shape`] of `arg`, two bits (the lowest: reading it is one mask).
+    const SHAPE: u8 = 3;
+    /// `cancel()` was called.
+    const CANCELLED: u8 = 1 << 2;
+    /// `context` is `None` or a context the loop made for a run: the handle was scheduled
+    /// from an empty context (see `HandleState::context`).
+    const FRESH_CONTEXT: u8 = 1 << 3;
+    /// The loop was in debug mode when the handle was made.
+    const DEBUG: u8 = 1 << 4;
+    /// A timer's: the entry has left the loop's timer heap (clear, a new timer is in it:
+    /// `Handle::new` and `refill` know nothing of timers).
+    const OFF_HEAP: u8 = 1 << 5;
+    /// A timer's: its deadline was an `int` given to `call_at` that f64 holds exactly.
+    const INT_WHEN: u8 = 1 << 6;
+    /// What `empty` clears: the bits that describe the contents it takes.
+    const CONTENTS: u8 = Self::SHAPE | Self::FRESH_CONTEXT | Self::DEBUG;
+
+    /// A new, uncancelled handle's flags.
+    fn new(shape: Shape, fresh_context: bool, debug: bool) -> Self {
+        let mut bits = shape.to_bits();
+        if fresh_context {
+            bits |= Self::FRESH_CONTEXT;
+        }
+        if debug {
+            bits |= Self::DEBUG;
+        }
+        Flags(bits)
+    }
+
+    fn cancelled(self) -> bool {
+        self.0 & Self::CANCELLED != 0
+    }
+
+    fn shape(self) -> Shape {
+        Shape::from_bits(self.0)
+    }
+
+    fn fresh_context(self) -> bool {
+        self.0 & Self::FRESH_CONTEXT != 0
+    }
+
+    fn debug(self) -> bool {
+        self.0 & Self::DEBUG != 0
+    }
+
+    fn off_heap(self) -> bool {
+        self.0 & Self::OFF_HEAP != 0
+    }
+
+    fn int_when(self) -> bool {
+        self.0 & Self::INT_WHEN != 0
+    }
+
+    /// `arg` now holds `shape`.
+    fn with_shape(self, shape: Shape) -> Self {
+        Flags((self.0 & !Self::SHAPE) | shape.to_bits())
+    }
+
+    /// What `cancel()` makes of the flags; `None` if it was already called (a no-op).
+    /// The shape stays until the arguments are dropped (debug mode's repr shows them).
+    fn cancel(self) -> Option<Self> {
+        (!self.cancelled()).then_some(Flags(self.0 | Self::CANCELLED))
+    }
+
+    /// A timer's entry left the loop's heap.
+    fn unscheduled(self) -> Self {
+        Flags(self.0 | Self::OFF_HEAP)
+    }
+
+    /// A timer's deadline was an `int`.
+    fn with_int_when(self) -> Self {
+        Flags(self.0 | Self::INT_WHEN)
+    }
+
+    /// After `empty`: no contents (shape gone, no fresh context, no debug), while
+    /// `cancelled` and the timer's bits stay as they were.
+    fn emptied(self) -> Self {
+        Flags(self.0 & !Self::CONTENTS)
+    }
 }
 
 /// [`Args`] cloned out of a handle for one run.
@@ -102,21 +206,21 @@ impl<'py> BoundArgs<'py> {
 }
 
 /// What a handle runs. The callback and arguments are dropped on cancel, as asyncio does.
+/// Its flags (the shape of `arg`, whether `context` is fresh, debug mode, cancelled) are
+/// in the cell's spare bits ([`Flags`]).
 struct HandleState {
     callback: Option<Py<PyAny>>,
-    /// The argument or the tuple of them, as `shape` says ([`Args::split`]).
+    /// The argument or the tuple of them, as the shape flag says ([`Args::split`]).
     arg: Option<Py<PyAny>>,
-    shape: Shape,
-    /// The context to run in; `None` with `fresh_context` means "a new empty context":
-    /// the snapshot taken at scheduling time was empty, and an empty snapshot and a new
-    /// empty context cannot be told apart, except that the latter is made only when the
-    /// callback runs (from CPython's context freelist, so no garbage-collector churn).
+    /// The context to run in; `None` with the fresh-context flag means "a new empty
+    /// context": the snapshot taken at scheduling time was empty, and an empty snapshot
+    /// and a new empty context cannot be told apart, except that the latter is made only
+    /// when the callback runs (from CPython's context freelist, so no garbage-collector
+    /// churn).
     context: Option<Py<PyAny>>,
-    fresh_context: bool,
-    debug: bool,
-    /// What only debug mode keeps, boxed so that it costs other handles one word: a
-    /// handle of 80 bytes (weak-reference slot included) sits in pymalloc's 96-byte size
-    /// class (with the collector's header), where the two fields inline made it 112.
+    /// What only debug mode keeps, boxed so that it costs other handles one word: with
+    /// the flags in the cell's busy byte, a handle is 64 bytes (weak-reference slot
+    /// included), in pymalloc's 80-byte size class with the collector's header.
     debug_info: Option<Box<DebugInfo>>,
 }
 
@@ -129,20 +233,10 @@ struct DebugInfo {
 }
 
 impl HandleState {
-    fn set_args(&mut self, args: Args) {
-        (self.shape, self.arg) = args.split();
-    }
-
-    /// Takes the arguments out (to drop them), as cancel() does.
-    fn take_args(&mut self) -> Option<Py<PyAny>> {
-        self.shape = Shape::Gone;
-        self.arg.take()
-    }
-
-    /// The arguments for one run; `None` once cancelled or emptied.
+    /// The arguments for one run, `arg` being of `shape`; `None` once cancelled or emptied.
     #[inline(always)]
-    fn bound_args<'py>(&self, py: Python<'py>) -> Option<BoundArgs<'py>> {
-        Some(match (self.shape, &self.arg) {
+    fn bound_args<'py>(&self, py: Python<'py>, shape: Shape) -> Option<BoundArgs<'py>> {
+        Some(match (shape, &self.arg) {
             (Shape::Zero, _) => BoundArgs::Zero,
             (Shape::One, Some(a)) => BoundArgs::One(a.bind(py).clone()),
             (Shape::Many, Some(t)) => match t.bind(py).cast::<PyTuple>() {
@@ -176,13 +270,17 @@ fn debug_info(source_traceback: Option<Py<PyAny>>) -> Option<Box<DebugInfo>> {
 }
 
 /// The Python objects a handle let go of; dropped by the caller outside any cell.
-pub struct Released(HandleState);
+pub struct Released {
+    state: HandleState,
+    /// The handle's fresh-context flag: `state.context` is one the loop made.
+    fresh_context: bool,
+}
 
 impl Released {
     /// Drops the objects as `Bound`s: a plain decref each (a `Py`'s drop first asks a
     /// thread-local whether the GIL is held).
     pub fn drop_attached(self, py: Python<'_>) {
-        let st = self.0;
+        let st = self.state;
         drop(st.callback.map(|o| o.into_bound(py)));
         drop(st.arg.map(|o| o.into_bound(py)));
         drop(st.context.map(|o| o.into_bound(py)));
@@ -194,8 +292,8 @@ impl Released {
     /// The context the loop made for the run of a handle scheduled from an empty context,
     /// if it had one (see `HandleState::context`).
     pub fn take_made_context(&mut self) -> Option<Py<PyAny>> {
-        if self.0.fresh_context {
-            self.0.context.take()
+        if self.fresh_context {
+            self.state.context.take()
         } else {
             None
         }
@@ -206,10 +304,12 @@ impl Released {
 ///
 /// All mutable state sits in one GIL-guarded cell so that a finished handle nobody else
 /// references can be recycled for the next `call_soon` (see `core::Queues::free`).
+///
+/// Layout: four pointers and the cell's busy byte (holding the [`Flags`] too), then the
+/// weak-reference list: 64 bytes with the object header, 80 with the collector's.
 #[pyclass(frozen, subclass, weakref, module = "rsloop._rsloop", name = "Handle")]
 pub struct Handle {
-    state: GilCell<HandleState>,
-    cancelled: AtomicBool,
+    state: FlagCell<HandleState>,
 }
 
 /// How a handle is run and what it tells the caller.
@@ -230,18 +330,30 @@ impl Handle {
         debug: bool,
     ) -> Self {
         let (shape, arg) = args.split();
+        let flags = Flags::new(shape, context.is_none(), debug);
         Handle {
-            state: GilCell::new(HandleState {
-                callback: Some(callback),
-                arg,
-                shape,
-                fresh_context: context.is_none(),
-                context,
-                debug,
-                debug_info: debug_info(source_traceback),
-            }),
-            cancelled: AtomicBool::new(false),
+            state: FlagCell::with_bits(
+                HandleState {
+                    callback: Some(callback),
+                    arg,
+                    context,
+                    debug_info: debug_info(source_traceback),
+                },
+                flags.0,
+            ),
         }
+    }
+
+    #[inline]
+    fn flags(&self) -> Flags {
+        Flags(self.state.bits())
+    }
+
+    /// Replaces the flags by `f` of them (callable inside `state.with`, not
+    /// `state.with_flags`).
+    #[inline]
+    fn update_flags(&self, py: Python<'_>, f: impl FnOnce(Flags) -> Flags) {
+        self.state.update_bits(py, |bits| f(Flags(bits)).0);
     }
 
     /// Gives a finished, unreferenced handle new contents (the freelist's reuse). Returns
@@ -255,28 +367,35 @@ impl Handle {
         source_traceback: Option<Py<PyAny>>,
         debug: bool,
     ) {
-        self.state.with(py, |st| {
+        let (shape, arg) = args.split();
+        let flags = Flags::new(shape, context.is_none(), debug);
+        self.state.with_flags(py, |st, bits| {
             st.callback = Some(callback);
-            st.set_args(args);
-            st.fresh_context = context.is_none();
+            st.arg = arg;
             st.context = context;
-            st.debug = debug;
             st.debug_info = debug_info(source_traceback);
+            // Every bit: uncancelled, and a recycled timer is in the heap (it is pushed
+            // next) with a float deadline.
+            *bits = flags.0;
         });
-        self.cancelled.store(false, Ordering::Relaxed);
     }
 
     /// Takes every Python object out of the handle (before it goes on the freelist).
     pub fn empty(&self, py: Python<'_>) -> Released {
-        Released(self.state.with(py, |st| HandleState {
-            callback: st.callback.take(),
-            shape: st.shape,
-            arg: st.take_args(),
-            context: st.context.take(),
-            fresh_context: std::mem::take(&mut st.fresh_context),
-            debug: false,
-            debug_info: st.debug_info.take(),
-        }))
+        self.state.with_flags(py, |st, bits| {
+            let flags = Flags(*bits);
+            *bits = flags.emptied().0;
+            let fresh_context = flags.fresh_context();
+            Released {
+                state: HandleState {
+                    callback: st.callback.take(),
+                    arg: st.arg.take(),
+                    context: st.context.take(),
+                    debug_info: st.debug_info.take(),
+                },
+                fresh_context,
+            }
+        })
     }
 
     /// The loop takes `handle` into one of its queues (the ready queue, the timer heap, a
@@ -336,7 +455,7 @@ impl Handle {
     /// Whether `cancel()` was called.
     #[inline]
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed)
+        self.flags().cancelled()
     }
 
     /// Runs the callback under its context, like `asyncio.Handle._run` minus the reporting.
@@ -345,16 +464,16 @@ impl Handle {
     pub fn run(&self, py: Python<'_>, spare: &mut Option<Py<PyAny>>) -> RunOutcome {
         // Bound, not Py, clones: dropping a Bound is a plain decref (a Py's drop first
         // asks a thread-local whether the GIL is held).
-        let cloned = self
-            .state
-            .with(py, |st| match (&st.callback, st.bound_args(py)) {
+        let cloned = self.state.with_flags(py, |st, bits| {
+            match (&st.callback, st.bound_args(py, Flags(*bits).shape())) {
                 (Some(cb), Some(args)) => Some((
                     cb.bind(py).clone(),
                     args,
                     st.context.as_ref().map(|c| c.bind(py).clone()),
                 )),
                 _ => None,
-            });
+            }
+        });
         let Some((callback, args, context)) = cloned else {
             return RunOutcome::Done;
         };
@@ -398,36 +517,42 @@ impl Handle {
     pub fn cancel_inner(slf: &Bound<'_, Handle>) -> PyResult<bool> {
         let this = slf.get();
         let py = slf.py();
-        if this.cancelled.swap(true, Ordering::Relaxed) {
+        let flags = this.flags();
+        let Some(cancelled) = flags.cancel() else {
             return Ok(false);
-        }
+        };
+        // No Python code runs between the test and the set, so under the GIL the two act
+        // as one swap: a second cancel() returns above.
+        this.update_flags(py, |_| cancelled);
         // asyncio's TimerHandle.cancel: a cancelled timer still in the heap is counted
         // (before anything below can fail), whichever class's cancel() was called.
         if let Ok(timer) = slf.cast::<TimerHandle>() {
-            let t = timer.get();
-            if t.scheduled.load(Ordering::Relaxed) {
-                t.cancelled_in_heap.fetch_add(1, Ordering::Relaxed);
+            if !flags.off_heap() {
+                timer
+                    .get()
+                    .cancelled_in_heap
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
-        if this.state.with(py, |st| st.debug) {
+        if flags.debug() {
             let text = slf.repr()?.to_string();
             this.state.with(py, |st| {
                 st.debug_info.get_or_insert_with(Box::default).repr_cache =
                     Some(text.into_boxed_str());
             });
         }
+        this.update_flags(py, |f| f.with_shape(Shape::Gone));
         let released = this
             .state
-            .with(py, |st| (st.callback.take(), st.take_args()));
+            .with(py, |st| (st.callback.take(), st.arg.take()));
         drop(released);
         Ok(true)
     }
 
     // The context object, made (once) if the handle was scheduled from an empty context.
     fn context_object(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let needs_one = self
-            .state
-            .with(py, |st| st.fresh_context && st.context.is_none());
+        let fresh = self.flags().fresh_context();
+        let needs_one = fresh && self.state.with(py, |st| st.context.is_none());
         if needs_one {
             let made = new_context(py)?;
             let unused = self.state.with(py, |st| {
@@ -504,7 +629,8 @@ impl Handle {
 
     #[getter]
     fn _args(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
-        let seen = self.state.with(py, |st| match (st.shape, &st.arg) {
+        let shape = self.flags().shape();
+        let seen = self.state.with(py, |st| match (shape, &st.arg) {
             (Shape::Zero, _) => Some(Err(None)),
             (Shape::One, Some(a)) => Some(Err(Some(a.clone_ref(py)))),
             (Shape::Many, Some(t)) => Some(Ok(t.clone_ref(py))),
@@ -521,9 +647,10 @@ impl Handle {
         // code read `_args` (and stored its own tuple) or cancelled the handle meanwhile,
         // what the handle holds now is the answer.
         let tuple = PyTuple::new(py, [&single])?.into_any();
-        let (answer, replaced) = self.state.with(py, |st| match (st.shape, &st.arg) {
+        let shape = self.flags().shape();
+        let (answer, replaced) = self.state.with(py, |st| match (shape, &st.arg) {
             (Shape::One, Some(a)) if a.is(&single) => {
-                st.shape = Shape::Many;
+                self.update_flags(py, |f| f.with_shape(Shape::Many));
                 (
                     Some(tuple.clone().unbind()),
                     st.arg.replace(tuple.clone().unbind()),
@@ -540,8 +667,8 @@ impl Handle {
     /// Whether the loop was in debug mode when this handle was made (3.13+ formats the
     /// arguments only then).
     #[getter]
-    fn _debug(&self, py: Python<'_>) -> bool {
-        self.state.with(py, |st| st.debug)
+    fn _debug(&self) -> bool {
+        self.flags().debug()
     }
 
     #[getter]
@@ -574,16 +701,14 @@ impl Handle {
 }
 
 /// A callback scheduled for a deadline (`call_later`, `call_at`).
+///
+/// Whether the entry is in the loop's heap and whether its deadline was an `int` are two
+/// of the `Handle` part's [`Flags`]: two fields more would make the timer 88 bytes where
+/// it is 80 (96 with the collector's header, a pymalloc size class, where 88 is in 112).
 #[pyclass(frozen, extends = Handle, module = "rsloop._rsloop", name = "TimerHandle")]
 pub struct TimerHandle {
     /// The deadline as f64 bits (mutable only while the handle sits on the freelist).
     when: AtomicU64,
-    /// True while the entry sits in the loop's timer heap.
-    scheduled: AtomicBool,
-    /// The deadline was an `int` given to `call_at` that f64 holds exactly: `when()` and
-    /// `_when` give it back as an `int`, as asyncio keeps what it was given (the flag
-    /// sits in the padding after `scheduled`, so the handle stays as small).
-    int_when: AtomicBool,
     /// The loop's count of cancelled entries still in the heap (asyncio's
     /// `_timer_cancelled_count`), shared so `cancel()` needs no loop reference.
     cancelled_in_heap: Arc<AtomicUsize>,
@@ -594,8 +719,6 @@ impl TimerHandle {
     pub fn new(when: f64, cancelled_in_heap: Arc<AtomicUsize>) -> Self {
         TimerHandle {
             when: AtomicU64::new(when.to_bits()),
-            scheduled: AtomicBool::new(true),
-            int_when: AtomicBool::new(false),
             cancelled_in_heap,
         }
     }
@@ -607,22 +730,23 @@ impl TimerHandle {
     }
 
     /// Gives a recycled timer (emptied, off the heap, unreferenced) a new deadline; the
-    /// caller refills its `Handle` part and pushes it onto the heap.
+    /// caller refills its `Handle` part (which marks it in the heap again, with a float
+    /// deadline) and pushes it onto the heap.
     pub fn rearm(&self, when: f64) {
         self.when.store(when.to_bits(), Ordering::Relaxed);
-        self.scheduled.store(true, Ordering::Relaxed);
-        self.int_when.store(false, Ordering::Relaxed);
     }
 
     /// Marks the deadline as one `call_at` got as an `int` (`when` converted exactly).
-    pub fn set_int_deadline(&self) {
-        self.int_when.store(true, Ordering::Relaxed);
+    pub fn set_int_deadline(timer: &Bound<'_, TimerHandle>) {
+        let base = timer.as_super().get();
+        base.update_flags(timer.py(), Flags::with_int_when);
     }
 
     /// The deadline as Python sees it: the `int` `call_at` was given, else a float.
-    fn when_object(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let when = self.deadline();
-        if self.int_when.load(Ordering::Relaxed) {
+    fn when_object(slf: &Bound<'_, TimerHandle>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let when = slf.get().deadline();
+        if slf.as_super().get().flags().int_when() {
             // Exact: the flag is set only for an i64 that f64 holds.
             Ok((when as i64).into_pyobject(py)?.into_any().unbind())
         } else {
@@ -631,25 +755,27 @@ impl TimerHandle {
     }
 
     /// Called by the loop when the entry leaves the heap.
-    pub fn unschedule(&self) {
-        self.scheduled.store(false, Ordering::Relaxed);
+    #[inline]
+    pub fn unschedule(timer: &Py<TimerHandle>, py: Python<'_>) {
+        let base = as_base(timer).get();
+        base.update_flags(py, Flags::unscheduled);
     }
 }
 
 #[pymethods]
 impl TimerHandle {
-    fn when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.when_object(py)
+    fn when(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        TimerHandle::when_object(slf)
     }
 
     #[getter]
-    fn _when(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.when_object(py)
+    fn _when(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        TimerHandle::when_object(slf)
     }
 
     #[getter]
-    fn _scheduled(&self) -> bool {
-        self.scheduled.load(Ordering::Relaxed)
+    fn _scheduled(slf: &Bound<'_, Self>) -> bool {
+        !slf.as_super().get().flags().off_heap()
     }
 
     fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
@@ -697,5 +823,111 @@ impl TimerHandle {
             CompareOp::Ne => !same()?,
         };
         Ok(result.into_pyobject(py)?.to_owned().into_any().unbind())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Flags, Shape};
+
+    const SHAPES: [Shape; 4] = [Shape::Gone, Shape::Zero, Shape::One, Shape::Many];
+    /// Each flag's bits, apart.
+    const FIELDS: [u8; 6] = [
+        Flags::CANCELLED,
+        Flags::SHAPE,
+        Flags::FRESH_CONTEXT,
+        Flags::DEBUG,
+        Flags::OFF_HEAP,
+        Flags::INT_WHEN,
+    ];
+
+    /// Every value the seven bits a `FlagCell` gives its owner can hold.
+    fn every_flags() -> impl Iterator<Item = Flags> {
+        (0u8..0x80).map(Flags)
+    }
+
+    #[test]
+    fn the_flags_are_apart_and_fit_the_seven_bits_a_flag_cell_keeps() {
+        let mut seen = 0u8;
+        for bits in FIELDS {
+            assert_ne!(bits, 0);
+            assert_eq!(seen & bits, 0, "{bits:#b} overlaps another flag");
+            seen |= bits;
+        }
+        assert_eq!(seen, 0x7f);
+    }
+
+    #[test]
+    fn a_shape_round_trips_through_its_two_bits() {
+        for shape in SHAPES {
+            assert_eq!(Shape::from_bits(shape.to_bits()), shape);
+            assert!(shape.to_bits() <= 3);
+        }
+    }
+
+    #[test]
+    fn new_flags_hold_what_they_were_given_and_nothing_else() {
+        for shape in SHAPES {
+            for fresh in [false, true] {
+                for debug in [false, true] {
+                    let f = Flags::new(shape, fresh, debug);
+                    assert_eq!(f.shape(), shape);
+                    assert_eq!(f.fresh_context(), fresh);
+                    assert_eq!(f.debug(), debug);
+                    // Uncancelled, and (for a timer) in the heap with a float deadline.
+                    assert!(!f.cancelled() && !f.off_heap() && !f.int_when());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn with_shape_changes_the_shape_alone() {
+        for f in every_flags() {
+            for shape in SHAPES {
+                let g = f.with_shape(shape);
+                assert_eq!(g.shape(), shape);
+                assert_eq!(g.0 & !Flags::SHAPE, f.0 & !Flags::SHAPE);
+            }
+        }
+    }
+
+    #[test]
+    fn cancel_sets_cancelled_once_and_keeps_the_rest() {
+        for f in every_flags() {
+            match f.cancel() {
+                None => assert!(f.cancelled()),
+                Some(g) => {
+                    assert!(!f.cancelled() && g.cancelled());
+                    // The shape stays: debug mode's repr still shows the arguments.
+                    assert_eq!(g.0 & !Flags::CANCELLED, f.0);
+                    assert_eq!(g.cancel(), None);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn emptied_drops_the_contents_flags_and_keeps_cancelled_and_the_timers() {
+        for f in every_flags() {
+            let g = f.emptied();
+            assert_eq!(g.shape(), Shape::Gone);
+            assert!(!g.fresh_context() && !g.debug());
+            assert_eq!(g.cancelled(), f.cancelled());
+            assert_eq!(g.off_heap(), f.off_heap());
+            assert_eq!(g.int_when(), f.int_when());
+        }
+    }
+
+    #[test]
+    fn the_timer_bits_are_set_alone() {
+        for f in every_flags() {
+            let off = f.unscheduled();
+            assert!(off.off_heap());
+            assert_eq!(off.0 & !Flags::OFF_HEAP, f.0 & !Flags::OFF_HEAP);
+            let int = f.with_int_when();
+            assert!(int.int_when());
+            assert_eq!(int.0 & !Flags::INT_WHEN, f.0 & !Flags::INT_WHEN);
+        }
     }
 }

@@ -244,7 +244,7 @@ impl LoopCore {
             out.extend(std::mem::take(&mut q.ready).into_iter().map(Py::into_any));
             let timers = q.timers.drain();
             for t in &timers {
-                t.get().unschedule();
+                TimerHandle::unschedule(t, py);
             }
             out.extend(timers.into_iter().map(Py::into_any));
             out.extend(q.watchers.clear());

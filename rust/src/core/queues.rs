@@ -68,14 +68,14 @@ impl Timer for Py<TimerHandle> {
 
     #[inline]
     fn discard(&self, py: Python<'_>) {
-        self.get().unschedule();
+        TimerHandle::unschedule(self, py);
         Handle::leave_queue(self.bind(py).as_super());
     }
 
     #[inline]
     fn into_ready(self, py: Python<'_>) -> Py<Handle> {
         // Still the loop's alone: it stays untracked by the collector in the ready queue.
-        self.get().unschedule();
+        TimerHandle::unschedule(&self, py);
         self.into_bound(py).into_super().unbind()
     }
 }

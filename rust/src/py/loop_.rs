@@ -561,7 +561,7 @@ impl Loop {
         if when.is_exact_instance_of::<PyInt>() {
             if let Ok(n) = when.extract::<i64>() {
                 if deadline as i64 == n && n as f64 == deadline {
-                    timer.bind(py).get().set_int_deadline();
+                    TimerHandle::set_int_deadline(timer.bind(py));
                 }
             }
         }
