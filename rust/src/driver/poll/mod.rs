@@ -219,6 +219,7 @@ impl PollDriver {
     /// Registers `fd` with mio now if `added` asks for it (an fd new to the driver), so a
     /// bad fd fails at once; on failure the op under `token` is forgotten.
     #[cfg(unix)]
+    #[inline]
     fn register_new(&mut self, token: Token, fd: RawFd, added: Added) -> io::Result<()> {
         if let Added::Register(interest) = added {
             self.counters.submissions += 1;
