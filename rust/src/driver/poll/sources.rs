@@ -143,7 +143,7 @@ impl Sources {
         self.add_op(fd, op)
     }
 
-    #[inline]
+    #[inline(always)]
     fn add_op(&mut self, fd: RawFd, op: PendingOp) -> Added {
         let interest = op.interest;
         self.tokens.insert(op.token, fd);

@@ -93,6 +93,7 @@ impl State {
 
     /// The kernel took `n` bytes off the queue's front: they stop counting as buffered;
     /// the chunks sent whole are returned, for the caller to drop outside the cell.
+    #[inline]
     fn took(&mut self, n: usize) -> Sent {
         self.queued = self.queued.saturating_sub(n);
         advance(&mut self.queue, n)
