@@ -38,12 +38,26 @@ impl Pending {
 /// Chunks a send finished whole, for the caller to drop outside the cell. Most sends
 /// finish exactly one, which needs no vector. The chunks are only held, to be dropped.
 #[derive(Default)]
-#[allow(dead_code)]
 pub(super) enum Sent {
     #[default]
     Nothing,
     One(Chunk),
+    // Only held, to be dropped.
+    #[allow(dead_code)]
     Many(Vec<Pending>),
+}
+
+impl Sent {
+    /// Drops the chunks (outside the cell). A `bytes` object is released through the GIL
+    /// token the caller holds, so the drop does not ask the thread whether it holds it.
+    pub(super) fn release(self, py: Python<'_>) {
+        match self {
+            Sent::Nothing => {}
+            Sent::One(Chunk::Shared(b)) => drop(b.into_bound(py)),
+            Sent::One(Chunk::Owned(v)) => drop(v),
+            Sent::Many(all) => drop(all),
+        }
+    }
 }
 
 /// Drops `n` sent bytes off the front of `queue`; returns the chunks sent whole, for the
@@ -206,7 +220,7 @@ impl StreamCore {
         }
         if !gather {
             let (res, sent) = this.flush(py);
-            drop(sent);
+            sent.release(py);
             if let Err(e) = res {
                 if !would_block(&e) {
                     let message = "Fatal write error on socket transport";
@@ -269,7 +283,7 @@ impl StreamCore {
         let Some((chunks, more)) = sent else {
             return false;
         };
-        drop(chunks);
+        chunks.release(py);
         if more {
             this.schedule_flush(slf);
         }
@@ -298,7 +312,7 @@ impl StreamCore {
             };
             (false, done)
         });
-        drop(sent_chunks);
+        sent_chunks.release(py);
         if lost {
             return Ok(());
         }
