@@ -150,6 +150,18 @@ impl Driver {
         }
     }
 
+    /// Whether the driver already holds completions, so that the next `wait` returns at
+    /// once whatever its timeout: the caller need not release the GIL for it. `false`
+    /// promises nothing. `poll` holds what it performed at submit (the usual send: the
+    /// socket had room); io_uring's completions are the kernel's to report, so `false`.
+    pub fn holds_completions(&self) -> bool {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(_) => false,
+            Driver::Poll(d) => d.holds_completions(),
+        }
+    }
+
     /// Moves the multishot completions reaped by the last `wait` into `out`.
     pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
         match self {

@@ -139,6 +139,12 @@ impl PollDriver {
         ))
     }
 
+    /// Whether completions are already made (a send or accept performed at submit, a
+    /// cancel): the next `wait` delivers them without blocking, whatever its timeout.
+    pub fn holds_completions(&self) -> bool {
+        !self.pending.is_empty() || !self.multi.is_empty()
+    }
+
     /// Moves the accepted connections and accept ends of the last `wait` into `out`.
     pub fn take_multishot(&mut self, out: &mut Vec<MultiCompletion>) {
         out.append(&mut self.multi);
