@@ -659,6 +659,41 @@ fn send_msg_completes_with_the_bytes_sent_in_order() {
 }
 
 #[test]
+fn held_completions_come_with_the_next_wait_without_blocking() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        assert!(!d.holds_completions(), "{name}: nothing submitted yet");
+        let msg = Msg::new(vec![b"ready".to_vec()]);
+        d.submit(1, msg.op(a.as_raw_fd())).unwrap();
+        // Nothing ever arrives on `a`: only the cancel ends this one.
+        d.submit(2, poll(a.as_raw_fd(), R)).unwrap();
+        d.cancel(2).unwrap();
+        let mut out = Vec::new();
+        // `poll` performed the send (the socket had room) and the cancel itself.
+        assert!(name != "poll" || d.holds_completions(), "{name}");
+        if d.holds_completions() {
+            // A driver that says it holds completions delivers them at once, even to a
+            // wait that would otherwise block for as long as it is allowed to.
+            let started = Instant::now();
+            d.wait(Some(PATIENCE), &mut out).unwrap();
+            assert!(started.elapsed() < PATIENCE / 2, "{name}: the wait blocked");
+            assert!(!out.is_empty(), "{name}: held completions not delivered");
+        }
+        // Either way, one completion per op, the same on every driver.
+        let deadline = Instant::now() + PATIENCE;
+        while out.len() < 2 && Instant::now() < deadline {
+            d.wait(Some(Duration::from_millis(100)), &mut out).unwrap();
+        }
+        out.sort_by_key(|c| c.token);
+        assert_eq!(out, vec![c(1, 5), c(2, -libc::ECANCELED)], "{name}");
+        assert!(!d.holds_completions(), "{name}: all delivered");
+        let mut got = [0u8; 8];
+        assert_eq!(b.read(&mut got).unwrap(), 5, "{name}");
+        quiet(name, d);
+    });
+}
+
+#[test]
 fn send_msg_waits_for_room_then_completes_once_partially() {
     each(|name, d| {
         let (a, b) = pair();

@@ -319,6 +319,11 @@ impl LoopCore {
             }
         }
 
+        // A completion the driver already holds (a send performed at submit) makes the
+        // wait return at once: no sleep to announce, no GIL to release.
+        if driver.holds_completions() {
+            *timeout = Some(0.0);
+        }
         let blocking = *timeout != Some(0.0);
         if blocking {
             // Announce the sleep, then look once more: a post that raced us is either seen

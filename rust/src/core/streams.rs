@@ -37,6 +37,97 @@ pub type FlushHook = for<'py> fn(&Bound<'py, PyAny>) -> PyResult<()>;
 /// Python-visible work (flow control, close, errors).
 pub type SentHook = for<'py> fn(&Bound<'py, PyAny>, i32) -> bool;
 
+/// A send token is `SEND_BASE`, the slot's reuse count above `SLOT_BITS` and the slot's
+/// index below: the index finds the send without hashing, the count tells a stale token
+/// (a cancel after its send completed) from the slot's next send.
+const SLOT_BITS: u32 = 32;
+const SLOT_MASK: Token = (1 << SLOT_BITS) - 1;
+/// Reuse counts wrap below `SEND_BASE`'s bit (24 bits), so every send token stays one.
+const REUSE_MASK: Token = (SEND_BASE - 1) >> SLOT_BITS;
+
+/// One send in flight, or a free slot.
+struct SendSlot<C> {
+    /// The token of the send in flight here; stale once `send` is `None`.
+    token: Token,
+    send: Option<(C, SentHook)>,
+}
+
+/// The sends in flight, in slots reused as they complete (a transport has at most one
+/// in flight, so there are never more slots than transports that sent at once).
+struct Sends<C> {
+    slots: Vec<SendSlot<C>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl<C> Default for Sends<C> {
+    fn default() -> Self {
+        Sends {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<C> Sends<C> {
+    fn insert(&mut self, entry: (C, SentHook)) -> Token {
+        self.len += 1;
+        let index = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push(SendSlot {
+                    token: SEND_BASE + (REUSE_MASK << SLOT_BITS) + self.slots.len() as Token,
+                    send: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        let reuse = ((slot.token >> SLOT_BITS) + 1) & REUSE_MASK;
+        slot.token = SEND_BASE + (reuse << SLOT_BITS) + index as Token;
+        slot.send = Some(entry);
+        slot.token
+    }
+
+    fn slot(&mut self, token: Token) -> Option<&mut SendSlot<C>> {
+        let index = usize::try_from(token.wrapping_sub(SEND_BASE) & SLOT_MASK).ok()?;
+        self.slots
+            .get_mut(index)
+            .filter(|s| s.token == token && s.send.is_some())
+    }
+
+    fn contains(&mut self, token: Token) -> bool {
+        self.slot(token).is_some()
+    }
+
+    fn remove(&mut self, token: Token) -> Option<(C, SentHook)> {
+        let slot = self.slot(token)?;
+        let entry = slot.send.take();
+        let index = (token.wrapping_sub(SEND_BASE) & SLOT_MASK) as u32;
+        self.free.push(index);
+        self.len -= 1;
+        entry
+    }
+
+    fn values(&self) -> impl Iterator<Item = &C> + '_ {
+        self.slots
+            .iter()
+            .filter_map(|s| s.send.as_ref().map(|(owner, _)| owner))
+    }
+
+    fn drain(&mut self) -> impl Iterator<Item = C> + '_ {
+        self.free.clear();
+        self.len = 0;
+        // Every slot becomes free, its reuse count kept.
+        let free = &mut self.free;
+        self.slots.iter_mut().enumerate().filter_map(move |(i, s)| {
+            free.push(i as u32);
+            s.send.take().map(|(owner, _)| owner)
+        })
+    }
+}
+
 struct Accept<C> {
     fd: i32,
     callback: C,
@@ -61,7 +152,7 @@ pub struct Streams<C = Py<PyAny>> {
     to_arm: Vec<Token>,
     to_cancel: Vec<Token>,
     /// Sends in flight: token -> the transport and its completion hook.
-    sends: IntMap<Token, (C, SentHook)>,
+    sends: Sends<C>,
     /// Sends to submit at the next flush: (token, fd, msghdr address).
     to_send: Vec<(Token, i32, usize)>,
     /// Transports that wrote this iteration, with their flush hooks, run just before the
@@ -76,7 +167,7 @@ impl<C> Default for Streams<C> {
             next: 0,
             to_arm: Vec::new(),
             to_cancel: Vec::new(),
-            sends: IntMap::default(),
+            sends: Sends::default(),
             to_send: Vec::new(),
             dirty: Vec::new(),
         }
@@ -86,12 +177,12 @@ impl<C> Default for Streams<C> {
 impl<C: Share> Streams<C> {
     /// Accepts registered (armed or waiting to be) and sends in flight.
     pub fn len(&self) -> usize {
-        self.by_token.len() + self.sends.len()
+        self.by_token.len() + self.sends.len
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.by_token.is_empty() && self.sends.is_empty()
+        self.by_token.is_empty() && self.sends.len == 0
     }
 
     /// A transport wrote: run `flush(owner)` before the next wait.
@@ -112,16 +203,14 @@ impl<C: Share> Streams<C> {
 
     /// Queues one send of the header at `msg` on `fd`; `sent(owner, result)` hears the end.
     pub fn send(&mut self, fd: i32, msg: usize, owner: C, sent: SentHook) -> Token {
-        self.next += 1;
-        let token = SEND_BASE + self.next;
-        self.sends.insert(token, (owner, sent));
+        let token = self.sends.insert((owner, sent));
         self.to_send.push((token, fd, msg));
         token
     }
 
     /// Asks for a send in flight to stop early (abort); its completion still comes.
     pub fn cancel_send(&mut self, token: Token) {
-        if self.sends.contains_key(&token) {
+        if self.sends.contains(token) {
             self.to_cancel.push(token);
         }
     }
@@ -133,7 +222,7 @@ impl<C: Share> Streams<C> {
 
     /// A send completed: its transport and hook.
     pub fn complete_send(&mut self, token: Token) -> Option<(C, SentHook)> {
-        self.sends.remove(&token)
+        self.sends.remove(token)
     }
 
     /// Registers an accept on the listening socket `fd`; armed at the next flush.
@@ -232,7 +321,7 @@ impl<C: Share> Streams<C> {
         self.by_token.retain(|_, r| !r.stopped);
         // Sends in flight belonged to the parent's ring (and the sockets to the parent's
         // connections): the child forgets them.
-        self.sends.clear();
+        self.sends.drain().for_each(drop);
         self.to_send.clear();
         for (token, r) in self.by_token.iter_mut() {
             r.armed = false;
@@ -245,7 +334,7 @@ impl<C: Share> Streams<C> {
         self.by_token
             .values()
             .map(|r| &r.callback)
-            .chain(self.sends.values().map(|(owner, _)| owner))
+            .chain(self.sends.values())
             .chain(self.dirty.iter().map(|(owner, _)| owner))
     }
 
@@ -255,7 +344,7 @@ impl<C: Share> Streams<C> {
         self.to_cancel.clear();
         self.to_send.clear();
         let mut out: Vec<C> = self.by_token.drain().map(|(_, r)| r.callback).collect();
-        out.extend(self.sends.drain().map(|(_, (owner, _))| owner));
+        out.extend(self.sends.drain());
         out.extend(self.dirty.drain(..).map(|(owner, _)| owner));
         out
     }
@@ -402,6 +491,34 @@ mod tests {
         );
         dirty.clear();
         assert!(!s.take_dirty(&mut dirty));
+    }
+
+    #[test]
+    fn a_send_slot_is_reused_under_a_new_token() {
+        let mut s: Streams<Obj> = Streams::default();
+        let a = s.send(5, 0x1000, Obj("a"), sent);
+        let b = s.send(6, 0x2000, Obj("b"), sent);
+        assert_ne!(a, b);
+        assert_eq!(s.complete_send(a).map(|(o, _)| o), Some(Obj("a")));
+        // The freed slot takes the next send, under another token: the stale one finds
+        // nothing, neither to cancel nor to complete.
+        let c = s.send(7, 0x3000, Obj("c"), sent);
+        assert!(Kind::of(c) == Kind::Send && c != a && c != b);
+        s.cancel_send(a);
+        assert!(s.take_cancels().is_empty(), "a stale token cancels nothing");
+        assert!(s.complete_send(a).is_none());
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.complete_send(c).map(|(o, _)| o), Some(Obj("c")));
+        assert_eq!(s.complete_send(b).map(|(o, _)| o), Some(Obj("b")));
+        assert!(s.is_empty());
+        // Many sends through one slot keep their tokens apart and in the send range.
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            let t = s.send(5, 0, Obj("x"), sent);
+            assert!(Kind::of(t) == Kind::Send && t < u64::MAX && seen.insert(t));
+            assert!(s.complete_send(t).is_some());
+        }
+        assert_eq!(s.sends.slots.len(), 2, "slots are reused, not grown");
     }
 
     #[test]

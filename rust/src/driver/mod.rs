@@ -139,6 +139,19 @@ impl Driver {
         }
     }
 
+    /// Whether the driver already holds completions, so that the next `wait` returns at
+    /// once whatever its timeout: the caller need not release the GIL for it. `false`
+    /// promises nothing. `poll` holds what it performed at submit (the usual send: the
+    /// socket had room); io_uring holds only the connections an accept it performs took
+    /// at submit (its other completions are the kernel's to report).
+    pub fn holds_completions(&self) -> bool {
+        match self {
+            #[cfg(uring)]
+            Driver::Uring(d) => d.holds_completions(),
+            Driver::Poll(d) => d.holds_completions(),
+        }
+    }
+
     /// Hands what is queued to the kernel now, without waiting or reaping: `uring` submits
     /// its queued SQEs (cancels, typically, so the kernel drops its references to an fd
     /// about to be closed); `poll` has nothing queued in the kernel's name.

@@ -136,6 +136,12 @@ impl PollDriver {
         ))
     }
 
+    /// Whether completions are already made (a send or accept performed at submit, a
+    /// cancel): the next `wait` delivers them without blocking, whatever its timeout.
+    pub fn holds_completions(&self) -> bool {
+        !self.pending.is_empty() || !self.multi.is_empty()
+    }
+
     /// Returns the connections accepted but not yet taken, whose fds are now the caller's;
     /// the ops in flight end with the driver (nothing of the kernel's to reap here).
     pub fn retire(&mut self) -> Vec<Completion> {
@@ -208,6 +214,7 @@ impl PollDriver {
     /// Registers `fd` with mio now if `added` asks for it (an fd new to the driver), so a
     /// bad fd fails at once; on failure the op under `token` is forgotten.
     #[cfg(unix)]
+    #[inline]
     fn register_new(&mut self, token: Token, fd: RawFd, added: Added) -> io::Result<()> {
         if let Added::Register(interest) = added {
             self.counters.submissions += 1;

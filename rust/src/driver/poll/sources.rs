@@ -143,6 +143,7 @@ impl Sources {
         self.add_op(fd, op)
     }
 
+    #[inline(always)]
     fn add_op(&mut self, fd: RawFd, op: PendingOp) -> Added {
         let interest = op.interest;
         self.tokens.insert(op.token, fd);
@@ -261,6 +262,21 @@ impl Sources {
         let Some(state) = self.fds.get_mut(&fd) else {
             return;
         };
+        // The common case, one plain Poll op (a transport's reader): no order to keep
+        // and nothing to retry, so no pass over the ops.
+        if let [op] = state.ops.as_slice() {
+            if op.kind == OpKind::Poll {
+                let hit = op.interest.bits() & ready.bits();
+                if hit != 0 {
+                    let token = op.token;
+                    state.ops.clear();
+                    out.push(Completion::last(token, i32::from(hit)));
+                    self.tokens.remove(&token);
+                    Self::mark(&mut self.dirty, fd, state);
+                }
+                return;
+            }
+        }
         let before = out.len();
         let mut touched = false;
         let mut read = false;

@@ -260,6 +260,12 @@ impl UringDriver {
         Ok(())
     }
 
+    /// Whether the next `wait` returns at once with what the driver holds (connections an
+    /// accept it performs took at submit); see `Driver::holds_completions`.
+    pub fn holds_completions(&self) -> bool {
+        !self.multi.is_empty()
+    }
+
     /// Submits queued SQEs and waits up to `timeout` for at least one CQE, in one
     /// `io_uring_enter`; then reaps every CQE into `out`. `Some(ZERO)` with nothing queued
     /// makes no syscall at all.

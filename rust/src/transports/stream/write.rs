@@ -24,6 +24,9 @@ pub(super) struct Pending {
     chunk: Chunk,
     /// Bytes of the chunk already sent.
     start: usize,
+    /// Bytes of the chunk not sent yet (`chunk`'s length less `start`), kept so that
+    /// settling a send does not look into the chunk.
+    left: usize,
 }
 
 impl Pending {
@@ -33,48 +36,67 @@ impl Pending {
 }
 
 /// Chunks a send finished whole, for the caller to drop outside the cell. Most sends
-/// finish exactly one, which needs no vector.
+/// finish exactly one, which needs no vector. The chunks are only held, to be dropped.
 #[derive(Default)]
 pub(super) enum Sent {
     #[default]
     Nothing,
-    One(Pending),
+    One(Chunk),
+    // Only held, to be dropped.
+    #[allow(dead_code)]
     Many(Vec<Pending>),
 }
 
 impl Sent {
-    fn push(&mut self, p: Pending) {
-        *self = match std::mem::take(self) {
-            Sent::Nothing => Sent::One(p),
-            Sent::One(first) => Sent::Many(vec![first, p]),
-            Sent::Many(mut all) => {
-                all.push(p);
-                Sent::Many(all)
-            }
-        };
+    /// Drops the chunks (outside the cell). A `bytes` object is released through the GIL
+    /// token the caller holds, so the drop does not ask the thread whether it holds it.
+    pub(super) fn release(self, py: Python<'_>) {
+        match self {
+            Sent::Nothing => {}
+            Sent::One(Chunk::Shared(b)) => drop(b.into_bound(py)),
+            Sent::One(Chunk::Owned(v)) => drop(v),
+            Sent::Many(all) => drop(all),
+        }
     }
 }
 
 /// Drops `n` sent bytes off the front of `queue`; returns the chunks sent whole, for the
 /// caller to drop outside the cell.
-fn advance(queue: &mut VecDeque<Pending>, py: Python<'_>, mut n: usize) -> Sent {
-    let mut done = Sent::default();
+fn advance(queue: &mut VecDeque<Pending>, mut n: usize) -> Sent {
+    // The common case, one write per iteration: the send took the front chunk whole,
+    // and no more.
+    match queue.front_mut() {
+        None => return Sent::Nothing,
+        Some(front) if n < front.left => {
+            front.start += n;
+            front.left -= n;
+            return Sent::Nothing;
+        }
+        Some(front) if n == front.left => {
+            return match queue.pop_front() {
+                Some(p) => Sent::One(p.chunk),
+                None => Sent::Nothing,
+            };
+        }
+        Some(_) => {}
+    }
+    let mut done = Vec::new();
     while n > 0 {
         let Some(front) = queue.front_mut() else {
             break;
         };
-        let left = front.rest(py).len();
-        if n >= left {
-            n -= left;
+        if n >= front.left {
+            n -= front.left;
             if let Some(p) = queue.pop_front() {
                 done.push(p);
             }
         } else {
             front.start += n;
+            front.left -= n;
             n = 0;
         }
     }
-    done
+    Sent::Many(done)
 }
 
 impl State {
@@ -85,9 +107,20 @@ impl State {
 
     /// The kernel took `n` bytes off the queue's front: they stop counting as buffered;
     /// the chunks sent whole are returned, for the caller to drop outside the cell.
-    fn took(&mut self, py: Python<'_>, n: usize) -> Sent {
+    #[inline]
+    fn took(&mut self, n: usize) -> Sent {
         self.queued = self.queued.saturating_sub(n);
-        advance(&mut self.queue, py, n)
+        advance(&mut self.queue, n)
+    }
+
+    /// Marks `_flush` as registered for the next wait; `true` if the caller must register
+    /// it (not already registered, no send in flight: its completion schedules the next).
+    fn mark_flush(&mut self) -> bool {
+        if self.flush_scheduled || self.send_token.is_some() {
+            return false;
+        }
+        self.flush_scheduled = true;
+        true
     }
 
     /// One `sendmsg` of the queue's front (up to `MAX_IOV` slices). The bytes sent leave the
@@ -102,7 +135,7 @@ impl State {
         let res = sock::send_vectored(fd, &slices);
         drop(slices);
         let done = match res {
-            Ok(n) => self.took(py, n),
+            Ok(n) => self.took(n),
             Err(_) => Sent::default(),
         };
         (res, done)
@@ -157,31 +190,46 @@ impl StreamCore {
             this.state.with(py, |s| s.base.conn_lost += 1);
             return Ok(());
         }
-        let gather = this.state.with(py, |s| {
-            // Gathering is only for bytes that cannot make flow control differ from
-            // asyncio's: while the buffer stays at or under the high-water mark, or while
-            // a send is in flight (the kernel has refused nothing yet; asyncio's buffer is
-            // not empty either).
-            let within = !s.base.marks.above_high(s.queued + view.len());
-            s.send_token.is_some() || within
-        });
         // Gathered, and sent with the next wait (see `_flush`): the bytes count as
         // buffered until the kernel took them. Past the high-water mark, everything
         // gathered goes to the kernel now instead, as asyncio's write() hands it over;
         // only what the kernel refuses stays buffered.
-        this.queue_rest(py, bytes, view, 0);
+        let chunk = match bytes {
+            Some(b) => Chunk::Shared(b.clone().unbind()),
+            None => Chunk::Owned(view.to_vec()),
+        };
+        let left = view.len();
+        let (gather, register) = this.state.with(py, |s| {
+            // Gathering is only for bytes that cannot make flow control differ from
+            // asyncio's: while the buffer stays at or under the high-water mark, or while
+            // a send is in flight (the kernel has refused nothing yet; asyncio's buffer is
+            // not empty either).
+            let within = !s.base.marks.above_high(s.queued + left);
+            let gather = s.send_token.is_some() || within;
+            s.queued += left;
+            s.queue.push_back(Pending {
+                chunk,
+                start: 0,
+                left,
+            });
+            // The usual case: gathered, and its flush asked for in the same look.
+            (gather, gather && s.mark_flush())
+        });
+        if register {
+            this.schedule_flush_marked(slf);
+        }
         if !gather {
             let (res, sent) = this.flush(py);
-            drop(sent);
+            sent.release(py);
             if let Err(e) = res {
                 if !would_block(&e) {
                     let message = "Fatal write error on socket transport";
                     return this.fatal(py, os_error(&e), message);
                 }
             }
-        }
-        if this.state.with(py, |s| !s.queue.is_empty()) {
-            this.schedule_flush(slf);
+            if this.state.with(py, |s| !s.queue.is_empty()) {
+                this.schedule_flush(slf);
+            }
         }
         this.maybe_pause_protocol(py)
     }
@@ -191,18 +239,17 @@ impl StreamCore {
     pub(super) fn flush_ring(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let msg = this.state.with(py, |s| {
+        this.state.with(py, |s| {
             s.flush_scheduled = false;
             if s.send_token.is_some() || s.queue.is_empty() || s.base.conn_lost > 0 {
-                return None;
+                return;
             }
-            // The iovecs are built straight into the header's reused vector.
-            Some(s.hdr.point_at(s.queue.iter().map(|p| p.rest(py))))
+            // The iovecs are built straight into the header's reused vector; the core
+            // only stores the owner and queues the send (no Python code runs here).
+            let msg = s.hdr.point_at(s.queue.iter().map(|p| p.rest(py)));
+            let owner = slf.clone().into_any().unbind();
+            s.send_token = Some(this.loop_.send_submit(py, this.fd, msg, owner, sent_hook));
         });
-        let Some(msg) = msg else { return Ok(()) };
-        let owner = slf.clone().into_any().unbind();
-        let token = this.loop_.send_submit(py, this.fd, msg, owner, sent_hook);
-        this.state.with(py, |s| s.send_token = Some(token));
         Ok(())
     }
 
@@ -231,12 +278,12 @@ impl StreamCore {
                 return None;
             }
             s.send_token = None;
-            Some((s.took(py, result as usize), !s.queue.is_empty()))
+            Some((s.took(result as usize), !s.queue.is_empty()))
         });
         let Some((chunks, more)) = sent else {
             return false;
         };
-        drop(chunks);
+        chunks.release(py);
         if more {
             this.schedule_flush(slf);
         }
@@ -259,13 +306,13 @@ impl StreamCore {
                 );
             }
             let done = if result > 0 {
-                s.took(py, result as usize)
+                s.took(result as usize)
             } else {
                 Sent::default()
             };
             (false, done)
         });
-        drop(sent_chunks);
+        sent_chunks.release(py);
         if lost {
             return Ok(());
         }
@@ -296,14 +343,6 @@ impl StreamCore {
     /// for good; drops sent `bytes` objects outside the cell.
     pub(super) fn flush(&self, py: Python<'_>) -> (io::Result<usize>, Sent) {
         self.state.with(py, |s| s.send_queued(py, self.fd))
-    }
-
-    pub(super) fn queue(&self, py: Python<'_>, chunk: Chunk, start: usize) {
-        self.state.with(py, |s| {
-            let p = Pending { chunk, start };
-            s.queued += p.rest(py).len();
-            s.queue.push_back(p);
-        });
     }
 
     /// A send failed for good: drop the queue, report, fail `loop.sendfile`'s waiter.
@@ -355,31 +394,15 @@ impl StreamCore {
     /// Make sure `_flush` runs before the next wait (unless a send is in flight:
     /// its completion schedules the next).
     pub(super) fn schedule_flush(&self, slf: &Bound<'_, Self>) {
-        let py = slf.py();
-        let go = self.state.with(py, |s| {
-            if s.flush_scheduled || s.send_token.is_some() {
-                return false;
-            }
-            s.flush_scheduled = true;
-            true
-        });
-        if go {
-            let owner = slf.clone().into_any().unbind();
-            self.loop_.mark_dirty(py, owner, flush_hook);
+        if self.state.with(slf.py(), State::mark_flush) {
+            self.schedule_flush_marked(slf);
         }
     }
 
-    pub(super) fn queue_rest(
-        &self,
-        py: Python<'_>,
-        bytes: Option<&Bound<'_, PyBytes>>,
-        view: &[u8],
-        sent: usize,
-    ) {
-        match bytes {
-            Some(b) => self.queue(py, Chunk::Shared(b.clone().unbind()), sent),
-            None => self.queue(py, Chunk::Owned(view[sent..].to_vec()), 0),
-        }
+    /// `State::mark_flush` said yes: register `_flush` for the next wait.
+    fn schedule_flush_marked(&self, slf: &Bound<'_, Self>) {
+        let owner = slf.clone().into_any().unbind();
+        self.loop_.mark_dirty(slf.py(), owner, flush_hook);
     }
 }
 
