@@ -609,6 +609,49 @@ def test_callbacks_from_empty_contexts_never_share_what_one_of_them_left(loop):
     assert seen == ["unset", "unset", "unset", "unset", "ValueError"]
 
 
+def test_an_empty_context_set_after_scheduling_is_not_seen(loop):
+    # Scheduled from an empty context, a callback runs in an empty one: a variable the
+    # scheduling context sets afterwards is not in its snapshot (the loop sees the context
+    # is empty without copying it where it can).
+    var = contextvars.ContextVar("later")
+    seen = []
+
+    def schedule_then_set():
+        loop.call_soon(lambda: seen.append(var.get("unset")))
+        var.set("after")
+        loop.call_soon(lambda: seen.append(var.get("unset")))
+        loop.call_soon(loop.stop)
+
+    contextvars.Context().run(schedule_then_set)
+    loop.run_forever()
+    assert seen == ["unset", "after"]
+
+
+def test_call_soon_threadsafe_takes_the_posting_threads_context(loop):
+    # The snapshot is the posting thread's context, not the loop thread's: a variable set
+    # only in the poster is seen, one set only on the loop's thread is not.
+    var = contextvars.ContextVar("poster")
+    other = contextvars.ContextVar("loop_side")
+    seen = []
+
+    def post(value):
+        if value is not None:
+            var.set(value)
+        loop.call_soon_threadsafe(lambda: seen.append((var.get("unset"), other.get("unset"))))
+
+    def run():
+        other.set("loop")
+        for value in ("set", None):
+            t = threading.Thread(target=post, args=(value,))
+            t.start()
+            t.join()
+        loop.call_soon_threadsafe(loop.stop)
+        loop.run_forever()
+
+    contextvars.Context().run(run)
+    assert seen == [("set", "unset"), ("unset", "unset")]
+
+
 def test_handle_keeps_the_context_its_callback_changed(loop, handler_log):
     # asyncio's handle keeps the context it ran in; 3.12+ runs a custom exception handler
     # in it, so the handler sees what the failing callback set.

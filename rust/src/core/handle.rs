@@ -18,7 +18,7 @@ use super::streams::{FlushHook, SentHook};
 use super::watchers::{Removed, Side};
 use super::LoopCore;
 use crate::errors::os_error;
-use crate::ffi::python::{context_is_empty, copy_context};
+use crate::ffi::python::{context_is_empty, copy_context, current_context_is_empty};
 use crate::handles::{Args, Handle};
 
 /// A loop object's core, or `None` for an object that is not a native loop.
@@ -163,11 +163,16 @@ impl LoopCore {
     ) -> PyResult<HandleParts> {
         let context = match context {
             Some(c) if !c.is_none(py) => Some(c),
-            // An empty snapshot is run in a new empty context (see `handles::HandleState`);
-            // the copy goes straight back to CPython's context freelist.
-            _ => Some(copy_context(py)?)
-                .filter(|c| !context_is_empty(c))
-                .map(Bound::unbind),
+            // An empty snapshot is run in a new empty context (see `handles::HandleState`):
+            // an empty current context is not copied at all where the thread state can be
+            // read, and elsewhere the copy goes straight back to CPython's freelist.
+            _ => match current_context_is_empty(py) {
+                Some(true) => None,
+                Some(false) => Some(copy_context(py)?.unbind()),
+                None => Some(copy_context(py)?)
+                    .filter(|c| !context_is_empty(c))
+                    .map(Bound::unbind),
+            },
         };
         let tb = if debug {
             Some(

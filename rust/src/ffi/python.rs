@@ -1,10 +1,110 @@
 //! The few CPython C-API calls PyO3 has no safe wrapper for: entering a `contextvars.Context`
-//! around a call, copying the current context, the interpreter's thread ident.
+//! around a call, copying the current context (or seeing that it is empty without a copy),
+//! the interpreter's thread ident.
 //! Owns: those calls and their invariants. Not: deciding when callbacks run (`core/`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+
+/// Where a thread state keeps its current context (`PyThreadState.context`), in bytes;
+/// 0 while unknown (the field is never first). Set once by [`probe_current_context`].
+static CONTEXT_OFFSET: AtomicUsize = AtomicUsize::new(0);
+
+/// `offsetof(PyThreadState, context)` of the CPython versions rsloop builds for, on LP64
+/// platforms (Linux and macOS, x86-64 and arm64), from their `cpython/pystate.h`. The
+/// field is public in the non-limited headers but has no accessor; an offset is only used
+/// after [`probe_current_context`] saw a context entered there.
+fn context_offset_for(minor: u8) -> Option<usize> {
+    if !cfg!(target_pointer_width = "64") || cfg!(windows) {
+        return None;
+    }
+    match minor {
+        10 => Some(240),
+        11 => Some(224),
+        12 | 13 => Some(208),
+        _ => None,
+    }
+}
+
+/// Checks, once per process, that the current context sits where
+/// [`context_offset_for`] says: a fresh context entered must appear there and the one
+/// before it come back on exit. Until (or unless) it does, [`current_context_is_empty`]
+/// answers `None` and callers copy the context as before.
+pub fn probe_current_context(py: Python<'_>) {
+    let version = py.version_info();
+    if version.major != 3 {
+        return;
+    }
+    let Some(offset) = context_offset_for(version.minor) else {
+        return;
+    };
+    // SAFETY: the GIL is held, so the thread state is this thread's and live; `offset` is
+    // inside `PyThreadState` for this version (its header's `offsetof`, which also makes
+    // the read aligned). PyContext_New returns a new reference or NULL with an error set;
+    // Enter/Exit take a live context and return 0 or -1 with an error set, each error
+    // cleared here; the context is released after its exit.
+    let found = unsafe {
+        let slot = ffi::PyThreadState_Get()
+            .cast::<u8>()
+            .add(offset)
+            .cast::<*mut ffi::PyObject>();
+        let before = *slot;
+        let fresh = ffi::PyContext_New();
+        if fresh.is_null() {
+            ffi::PyErr_Clear();
+            return;
+        }
+        let mut ok = false;
+        if ffi::PyContext_Enter(fresh) == 0 {
+            let inside = *slot;
+            if ffi::PyContext_Exit(fresh) == 0 {
+                ok = inside == fresh && *slot == before;
+            } else {
+                ffi::PyErr_Clear();
+            }
+        } else {
+            ffi::PyErr_Clear();
+        }
+        ffi::Py_DECREF(fresh);
+        ok
+    };
+    if found {
+        CONTEXT_OFFSET.store(offset, Ordering::Relaxed);
+    }
+}
+
+/// Whether the current context holds no variable, seen without copying it: `Some(true)`
+/// for an empty one (or none made yet), `Some(false)` for one with variables, `None` when
+/// the thread state's layout is unknown here (the caller copies the context then).
+#[inline]
+pub fn current_context_is_empty(_py: Python<'_>) -> Option<bool> {
+    let offset = CONTEXT_OFFSET.load(Ordering::Relaxed);
+    if offset == 0 {
+        return None;
+    }
+    // SAFETY: the GIL is held (`_py`), so the thread state is this thread's and live, and
+    // its current context (a strong reference it holds, or NULL) cannot change under us;
+    // `offset` was checked by `probe_current_context` against a context entered there.
+    // A non-NULL value is an exact `contextvars.Context`, whose `mp_length` (the variable
+    // count) cannot fail.
+    unsafe {
+        let ctx = *ffi::PyThreadState_Get()
+            .cast::<u8>()
+            .add(offset)
+            .cast::<*mut ffi::PyObject>();
+        if ctx.is_null() {
+            return Some(true);
+        }
+        let len = (*ffi::Py_TYPE(ctx))
+            .tp_as_mapping
+            .as_ref()
+            .and_then(|m| m.mp_length)?;
+        Some(len(ctx) == 0)
+    }
+}
 
 /// `contextvars.copy_context()`.
 pub fn copy_context(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {

@@ -26,6 +26,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         cfg!(any(not(target_os = "linux"), feature = "portable")),
     )?;
     crate::core::handle::set_core_of(loop_::Loop::core_of);
+    crate::ffi::python::probe_current_context(m.py());
     #[cfg(unix)]
     crate::transports::stream::set_feed_hook(streams::feed_from_protocol);
     m.add_class::<loop_::Loop>()?;
