@@ -10,6 +10,7 @@ __all__ = [
     "__version__",
     "BUILD_URING",
     "BUILD_PORTABLE",
+    "CONTEXT_PEEK",
     "Loop",
     "ClockState",
     "Handle",
@@ -24,6 +25,7 @@ __all__ = [
 __version__: str
 BUILD_URING: bool
 BUILD_PORTABLE: bool
+CONTEXT_PEEK: bool
 
 @disjoint_base
 class Handle:

@@ -627,6 +627,22 @@ def test_an_empty_context_set_after_scheduling_is_not_seen(loop):
     assert seen == ["unset", "after"]
 
 
+@pytest.mark.skipif(
+    not (
+        sys.platform.startswith("linux")
+        and sys.maxsize > 2**32
+        and (3, 10) <= sys.version_info < (3, 14)
+    ),
+    reason="the thread state's layout is known for CPython 3.10-3.13 on 64-bit Linux/macOS",
+)
+def test_the_current_context_is_read_in_place_where_its_layout_is_known():
+    # Where rsloop knows PyThreadState's layout, call_soon sees an empty context without
+    # copying it; if the offset stopped matching the interpreter, this says so.
+    from rsloop import _rsloop
+
+    assert _rsloop.CONTEXT_PEEK is True
+
+
 def test_call_soon_threadsafe_takes_the_posting_threads_context(loop):
     # The snapshot is the posting thread's context, not the loop thread's: a variable set
     # only in the poster is seen, one set only on the loop's thread is not.

@@ -27,6 +27,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     crate::core::handle::set_core_of(loop_::Loop::core_of);
     crate::ffi::python::probe_current_context(m.py());
+    // Whether call_soon sees an empty context without copying it (tests pin where).
+    m.add(
+        "CONTEXT_PEEK",
+        crate::ffi::python::current_context_is_empty(m.py()).is_some(),
+    )?;
     #[cfg(unix)]
     crate::transports::stream::set_feed_hook(streams::feed_from_protocol);
     m.add_class::<loop_::Loop>()?;
