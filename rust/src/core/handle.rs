@@ -1,5 +1,5 @@
 //! `LoopHandle`: the transports' way into their loop, as tokio's runtime `Handle` is its
-//! resources' way into the driver (not an asyncio `Handle`: those are `handles.rs`).
+//! resources' way into the driver (not an asyncio `Handle`: those are `handles/`).
 //! Owns: the handle (the loop's core and its Python object), how a Python loop object leads
 //! to one, and the entry points the bindings and the transports share: a new callback
 //! handle (context, debug stack, freelist), fd watchers by number, stopping a receive.
