@@ -35,7 +35,12 @@ fn context_offset_for(minor: u8) -> Option<usize> {
 /// answers `None` and callers copy the context as before.
 pub fn probe_current_context(py: Python<'_>) {
     let version = py.version_info();
-    if version.major != 3 {
+    // The layout is CPython's: another implementation's thread state is not read at all.
+    let cpython = py
+        .import("sys")
+        .and_then(|sys| sys.getattr("implementation")?.getattr("name"))
+        .is_ok_and(|name| name.eq("cpython").unwrap_or(false));
+    if version.major != 3 || !cpython {
         return;
     }
     let Some(offset) = context_offset_for(version.minor) else {
