@@ -407,16 +407,16 @@ impl LoopCore {
                 Route::Nothing | Route::Run(_) => Ok(()),
                 Route::Call(callback) => {
                     self.stats.io_events.add(1);
-                    self.accepted(py, callback, result, debug, io_start.as_mut())
+                    self.call_with_result(py, callback, result, debug, io_start.as_mut())
                 }
                 Route::Settle(owner, settle) => {
                     let owner = owner.into_bound(py);
                     if settle(&owner, result) {
                         Ok(())
                     } else {
-                        owner
-                            .getattr(intern!(py, "_on_sent"))
-                            .and_then(|cb| self.call_with_result(py, cb.unbind(), result, debug))
+                        owner.getattr(intern!(py, "_on_sent")).and_then(|cb| {
+                            self.call_with_result(py, cb.unbind(), result, debug, None)
+                        })
                     }
                 }
             };
@@ -428,7 +428,9 @@ impl LoopCore {
         Ok(())
     }
 
-    fn accepted(
+    // Queues a ready handle calling `callback(result)`: at the back of the ready queue, or
+    // at `*at` (then moved past it, so the next one keeps the completions' order).
+    fn call_with_result(
         &self,
         py: Python<'_>,
         callback: Py<PyAny>,
@@ -436,10 +438,10 @@ impl LoopCore {
         debug: bool,
         at: Option<&mut usize>,
     ) -> PyResult<()> {
-        let Some(at) = at else {
-            return self.call_with_result(py, callback, result, debug);
-        };
         let arg = result.into_pyobject(py)?.into_any().unbind();
+        let Some(at) = at else {
+            return self.queue_call(py, callback, arg, debug);
+        };
         let handle = self.handle(py, callback, Args::One(arg), None, None, debug)?;
         Handle::enter_queue(handle.bind(py));
         self.queues.with(py, |q| {
@@ -448,17 +450,6 @@ impl LoopCore {
             *at = i + 1;
         });
         Ok(())
-    }
-
-    fn call_with_result(
-        &self,
-        py: Python<'_>,
-        callback: Py<PyAny>,
-        result: i32,
-        debug: bool,
-    ) -> PyResult<()> {
-        let arg = result.into_pyobject(py)?.into_any().unbind();
-        self.queue_call(py, callback, arg, debug)
     }
 
     // mirrors _run_once's last block: run exactly what was ready at this point.
