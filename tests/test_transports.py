@@ -965,6 +965,68 @@ def test_buffered_protocol_with_tiny_buffers(loop):
     run(loop, main())
 
 
+class PausedTinyBuffers(TinyBuffers):
+    """TinyBuffers that pauses reading as soon as it is made."""
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        transport.pause_reading()
+
+
+def _queued_bytes(sock) -> int:
+    import fcntl
+    import struct
+    import termios
+
+    raw = fcntl.ioctl(sock.fileno(), termios.FIONREAD, struct.pack("i", 0))
+    return struct.unpack("i", raw)[0]
+
+
+@pytest.mark.parametrize("buffered", [False, True], ids=["protocol", "buffered"])
+def test_bytes_waiting_when_reading_resumes_all_arrive_with_nothing_more_sent(loop, buffered):
+    """A reader that resumes over bytes already queued gets every one of them, though no
+    new byte arrives after: more than one receive's worth for a Protocol (the transport
+    reads up to 256 KiB at a time), hundreds of buffers for a BufferedProtocol of
+    1..16-byte buffers. A level-triggered selector reports the fd until it is drained; a
+    reader armed once for every readiness must ask to run again after a full receive."""
+    total = 3 * 256 * 1024 + 1000 if not buffered else 3000
+    data = payload(total)
+    factory = PausedTinyBuffers if buffered else PausedRecorder
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * MIB)
+    lsock.bind((HOST, 0))
+    lsock.listen(1)
+    protos: list = []
+
+    def make():
+        protos.append(factory())
+        return protos[-1]
+
+    async def main():
+        server = await loop.create_server(make, sock=lsock)
+        client = socket.create_connection(lsock.getsockname(), timeout=10)
+        try:
+            client.sendall(data)  # fits in the receive buffer: returns at once
+            while not protos or protos[0].transport is None:
+                await asyncio.sleep(0.001)
+            sp = protos[0]
+            sock = sp.transport.get_extra_info("socket")
+            for _ in range(2000):
+                if _queued_bytes(sock) == total:
+                    break
+                await asyncio.sleep(0.005)
+            assert _queued_bytes(sock) == total
+            sp.transport.resume_reading()
+            await sp.changed.until(lambda: len(sp.data) >= total)
+            assert bytes(sp.data) == data
+            assert sp.transport.is_reading()
+        finally:
+            client.close()
+        await close_server(server)
+
+    run(loop, main())
+
+
 class FailingRecorder(Recorder):
     def __init__(self, where: str) -> None:
         super().__init__()

@@ -7,6 +7,9 @@
 //! `Op::AcceptMulti`: the kernel's multishot accept on `uring`; performed by the driver
 //! (readiness, then `accept4`) on `poll` and on the ring with the old-kernel paths.
 //!
+//! `Op::PollMulti` too: the kernel's multishot POLL_ADD on `uring`, re-armed one-shot polls
+//! on the ring with the old-kernel paths, the kept edge-triggered registration on `poll`.
+//!
 //! Closed fds, per backend: `poll` refuses a closed fd in `submit` (`EBADF`); `uring`
 //! accepts it and completes the op with `-EBADF` in the next `wait`. Either way: no hang.
 
@@ -41,6 +44,7 @@ fn drivers() -> Vec<(&'static str, Driver)> {
                     no_ext_arg: true,
                     poll_waker: true,
                     no_accept_multi: true,
+                    no_poll_multi: true,
                 };
                 all.push((
                     "uring(old-kernel paths)",
@@ -118,6 +122,23 @@ fn pair_with_high_fd(min: RawFd) -> (UnixStream, UnixStream) {
 
 fn c(token: u64, result: i32) -> Completion {
     Completion::last(token, result)
+}
+
+fn poll_multi(fd: RawFd, interest: Interest) -> Op {
+    Op::PollMulti { fd, interest }
+}
+
+/// At least one completion came, and every one reports `token` ready for `bits`, with more
+/// to come. (A driver that re-arms a one-shot poll may report readiness that stayed once
+/// more: the contract allows it.)
+fn assert_multi_ready(name: &str, got: &[Completion], token: u64, bits: i32) {
+    assert!(!got.is_empty(), "{name}: no completion");
+    let want = Completion {
+        token,
+        result: bits,
+        more: true,
+    };
+    assert!(got.iter().all(|g| *g == want), "{name}: {got:?}");
 }
 
 #[test]
@@ -985,4 +1006,50 @@ impl UnixStreamLike {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+#[test]
+fn poll_multi_reports_each_new_readiness_until_cancelled() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        d.submit(1, poll_multi(a.as_raw_fd(), R)).unwrap();
+        quiet(name, d);
+        for round in 0..3 {
+            b.write_all(b"x").unwrap();
+            assert_multi_ready(&format!("{name}, round {round}"), &collect(d, 1), 1, 1);
+            drain(&a);
+            quiet(name, d);
+        }
+        d.cancel(1).unwrap();
+        assert_eq!(collect(d, 1), vec![c(1, -libc::ECANCELED)], "{name}");
+        b.write_all(b"y").unwrap();
+        quiet(name, d);
+    });
+}
+
+#[test]
+fn poll_multi_armed_on_a_ready_fd_reports_it_at_once() {
+    each(|name, d| {
+        let (a, mut b) = pair();
+        b.write_all(b"early").unwrap();
+        d.submit(7, poll_multi(a.as_raw_fd(), R)).unwrap();
+        assert_multi_ready(name, &collect(d, 1), 7, 1);
+        // A poll for writability on the same fd beside it: each completes on its own.
+        d.submit(8, poll(a.as_raw_fd(), W)).unwrap();
+        let got = collect(d, 1);
+        assert!(got.contains(&c(8, 2)), "{name}: {got:?}");
+        drain(&a);
+        d.cancel(7).unwrap();
+        let end = collect(d, 1);
+        assert!(end.contains(&c(7, -libc::ECANCELED)), "{name}: {end:?}");
+    });
+}
+
+#[test]
+fn poll_multi_with_empty_interest_is_refused() {
+    each(|name, d| {
+        let (a, _b) = pair();
+        let err = d.submit(1, poll_multi(a.as_raw_fd(), Interest::NONE));
+        assert!(err.is_err(), "{name}");
+    });
 }

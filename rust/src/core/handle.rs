@@ -102,6 +102,24 @@ impl LoopHandle {
             .add_watcher_checked(py, fileobj, fd, side, callback, args)
     }
 
+    /// A stream transport's reader on `fd`, armed once for every readiness (see
+    /// `core/watchers.rs`): the callback must call [`read_again`](Self::read_again) after a
+    /// read that may have left data in the socket.
+    pub fn add_stream_reader(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> PyResult<()> {
+        let fileobj = PyInt::new(py, fd).into_any().unbind();
+        self.core
+            .add_watcher_as(py, fileobj, fd, Side::Read, callback, Args::Zero, true)
+            .map(drop)
+    }
+
+    /// The stream reader on `fd` read all it asked for: the socket may hold more, so its
+    /// callback runs in the next iteration, as a selector would report the fd again.
+    pub fn read_again(&self, py: Python<'_>, fd: i32) {
+        self.core
+            .queues
+            .with(py, |q| q.watchers.again(fd, Side::Read));
+    }
+
     /// `remove_reader(fd)` / `remove_writer`.
     pub fn remove_watcher(&self, py: Python<'_>, fd: i32, side: Side) -> PyResult<bool> {
         if self.core.closed() {
@@ -211,6 +229,22 @@ impl LoopCore {
         callback: Py<PyAny>,
         args: Args,
     ) -> PyResult<Py<Handle>> {
+        self.add_watcher_as(py, fileobj, fd, side, callback, args, false)
+    }
+
+    // `add_watcher_checked`, armed as one multishot poll when `multi` (see
+    // `core/watchers.rs`).
+    #[allow(clippy::too_many_arguments)]
+    fn add_watcher_as(
+        &self,
+        py: Python<'_>,
+        fileobj: Py<PyAny>,
+        fd: i32,
+        side: Side,
+        callback: Py<PyAny>,
+        args: Args,
+        multi: bool,
+    ) -> PyResult<Py<Handle>> {
         self.check_closed()?;
         let already = self
             .queues
@@ -218,7 +252,7 @@ impl LoopCore {
         if !already {
             crate::sys::fd_check_pollable(fd).map_err(|e| os_error(&e))?;
         }
-        self.add_watcher_fd(py, fileobj, fd, side, callback, args)
+        self.install_watcher(py, fileobj, fd, side, callback, args, multi)
     }
 
     /// [`add_watcher_checked`](Self::add_watcher_checked) for an fd known to be pollable:
@@ -233,13 +267,27 @@ impl LoopCore {
         callback: Py<PyAny>,
         args: Args,
     ) -> PyResult<Py<Handle>> {
+        self.install_watcher(py, fileobj, fd, side, callback, args, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn install_watcher(
+        &self,
+        py: Python<'_>,
+        fileobj: Py<PyAny>,
+        fd: i32,
+        side: Side,
+        callback: Py<PyAny>,
+        args: Args,
+        multi: bool,
+    ) -> PyResult<Py<Handle>> {
         self.check_closed()?;
         let debug = self.debug();
         let handle = self.make_handle(py, callback, args, None, debug)?;
         let ret = handle.clone_ref(py);
         let replaced = self
             .queues
-            .with(py, |q| q.watchers.add(fd, side, handle, fileobj));
+            .with(py, |q| q.watchers.add(fd, side, handle, fileobj, multi));
         if let Some((old, _unused_fileobj)) = replaced {
             Handle::cancel_inner(old.bind(py))?;
         }

@@ -29,7 +29,7 @@ pub const SEND_BASE: Token = 1 << 56;
 /// Which table a token belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// An fd watcher's one-shot poll (`watchers.rs`).
+    /// An fd watcher's poll, one-shot or multishot (`watchers.rs`).
     Watch,
     /// A server's multishot accept (`streams.rs`).
     Accept,
@@ -74,7 +74,7 @@ impl<T> Queues<Py<Handle>, T> {
     pub fn route(&mut self, py: Python<'_>, c: &Completion, to_drop: &mut Vec<Py<PyAny>>) -> Route {
         match Kind::of(c.token) {
             Kind::Watch => {
-                let (run, removed) = self.watchers.complete(py, c.token, c.result);
+                let (run, removed) = self.watchers.complete(py, c.token, c.result, c.more);
                 if let Some((h, fileobj)) = removed {
                     to_drop.push(h.into_any());
                     to_drop.push(fileobj);

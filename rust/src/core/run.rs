@@ -117,7 +117,9 @@ impl LoopCore {
         // The clock is read outside the cell: on some platforms it calls into Python.
         let (now_due, next_deadline, polls_in_flight) = self.queues.with(py, |q| {
             self.drop_cancelled_timers(py, q, scratch);
-            let now_due = !q.ready.is_empty() || self.stopping.load(Ordering::Relaxed);
+            let now_due = !q.ready.is_empty()
+                || q.watchers.has_again()
+                || self.stopping.load(Ordering::Relaxed);
             let next = q.timers.peek().map(|(when, _)| when);
             q.watchers.take_work(&mut scratch.work);
             q.streams
@@ -162,6 +164,10 @@ impl LoopCore {
         let first_deadline = self.queues.with(py, |q| {
             if !scratch.completions.is_empty() {
                 self.route_completions(py, q, scratch);
+            }
+            if q.watchers.has_again() {
+                let again = q.watchers.take_again(py, &mut q.ready);
+                self.stats.io_events.add(again as u64);
             }
             q.timers.peek().map(|(when, _)| when)
         });
@@ -300,10 +306,12 @@ impl LoopCore {
             // later; its token is already forgotten, so that completion is ignored.
             let _ = driver.cancel(token);
         }
-        for (token, fd, side) in scratch.work.arm.drain(..) {
-            let op = Op::Poll {
-                fd,
-                interest: side.interest(),
+        for (token, fd, side, multi) in scratch.work.arm.drain(..) {
+            let interest = side.interest();
+            let op = if multi {
+                Op::PollMulti { fd, interest }
+            } else {
+                Op::Poll { fd, interest }
             };
             if let Err(e) = driver.submit(token, op) {
                 // A full queue is temporary: try again next iteration. Anything else (a bad

@@ -7,6 +7,14 @@
 //! kernel at the next wait, after the callback ran, so a callback that did not drain the fd
 //! is called again, and one that did is not.
 //!
+//! A watcher added with `multi` (a stream transport's reader, which knows when it drained
+//! its socket) keeps one `Op::PollMulti` armed instead, so a readiness costs no re-arm: the
+//! kernel reports each new readiness, at most one callback is queued per iteration, and
+//! the callback that did not drain the fd says so ([`Watchers::again`]), which queues it
+//! in the next iteration as a selector's next report would. Once the kernel reports the
+//! fd hung up (`HANGUP`: end of stream, an error), that readiness stays, as a selector
+//! keeps reporting it: the callback is queued every iteration until it removes itself.
+//!
 //! The table is generic over the callback (`H`: a `Py<Handle>` in the loop) and the file
 //! object (`F`), as `TimerHeap<T>` is over its items, so its rules are unit-tested without
 //! an interpreter (the tests below); [`Callback`] is all it asks of a callback.
@@ -16,7 +24,7 @@ use crate::intmap::IntMap;
 use pyo3::prelude::*;
 
 use super::Share;
-use crate::driver::{Interest, Token};
+use crate::driver::{Interest, Token, HANGUP};
 use crate::handles::Handle;
 
 /// What the table asks of a callback: to be shared (for the ready queue) and whether it
@@ -59,6 +67,13 @@ struct Watch<H, F> {
     armed: Option<Token>,
     /// Queued for arming at the next flush.
     pending: bool,
+    /// Armed as one `Op::PollMulti` rather than a one-shot `Op::Poll` per readiness.
+    multi: bool,
+    /// (`multi`) Its callback is queued for the coming batch: more readiness reported
+    /// before that batch starts queues nothing more.
+    queued: bool,
+    /// (`multi`) The fd hung up: it stays ready, so its callback runs every iteration.
+    hung_up: bool,
 }
 
 /// A removed watcher: its handle and the file object it was registered with.
@@ -67,8 +82,8 @@ pub type Removed<H = Py<Handle>, F = Py<PyAny>> = (H, F);
 /// Work for the driver, taken at each flush.
 #[derive(Default)]
 pub struct DriverWork {
-    /// (token, fd, side) to submit as `Op::Poll`.
-    pub arm: Vec<(Token, i32, Side)>,
+    /// (token, fd, side, multi) to submit as `Op::Poll` (`Op::PollMulti` when `multi`).
+    pub arm: Vec<(Token, i32, Side, bool)>,
     /// Tokens to cancel.
     pub cancel: Vec<Token>,
 }
@@ -96,6 +111,11 @@ pub struct Watchers<H = Py<Handle>, F = Py<PyAny>> {
     /// Watchers whose callback was queued by a completion: re-armed once the batch that
     /// runs the callback has started, so one readiness queues the callback once.
     rearm_after_batch: Vec<(i32, Side)>,
+    /// `multi` watchers whose callback is queued for the coming batch (`Watch::queued`).
+    queued: Vec<(i32, Side)>,
+    /// `multi` watchers whose callback did not drain the fd: queued by the next
+    /// [`take_again`](Watchers::take_again).
+    again: Vec<(i32, Side)>,
     next_token: Token,
 }
 
@@ -107,6 +127,8 @@ impl<H, F> Default for Watchers<H, F> {
             work: DriverWork::default(),
             to_arm: Vec::new(),
             rearm_after_batch: Vec::new(),
+            queued: Vec::new(),
+            again: Vec::new(),
             next_token: 0,
         }
     }
@@ -138,20 +160,47 @@ impl<H: Callback, F> Watchers<H, F> {
         self.by_fd.is_empty()
     }
 
-    /// Installs `handle` for `fd`/`side`. When a watcher was there already, its handle is
-    /// replaced and returned with the now unused `fileobj` (the registration keeps its first
-    /// file object, as a selector key does): the caller cancels the old handle, as asyncio
-    /// does, and drops both outside the cell.
-    pub fn add(&mut self, fd: i32, side: Side, handle: H, fileobj: F) -> Option<Removed<H, F>> {
+    /// Installs `handle` for `fd`/`side` (`multi`: armed as one `Op::PollMulti`, for a
+    /// callback that calls [`again`](Self::again) when it did not drain the fd). When a
+    /// watcher was there already, its handle is replaced and returned with the now unused
+    /// `fileobj` (the registration keeps its first file object, as a selector key does):
+    /// the caller cancels the old handle, as asyncio does, and drops both outside the cell.
+    pub fn add(
+        &mut self,
+        fd: i32,
+        side: Side,
+        handle: H,
+        fileobj: F,
+        multi: bool,
+    ) -> Option<Removed<H, F>> {
         let entry = self.by_fd.entry(fd).or_default();
         match &mut entry[slot(side)] {
-            Some(w) => Some((std::mem::replace(&mut w.handle, handle), fileobj)),
+            Some(w) => {
+                if w.multi != multi {
+                    // The new callback is armed its own way, under a new token.
+                    w.multi = multi;
+                    w.queued = false;
+                    w.hung_up = false;
+                    if let Some(token) = w.armed.take() {
+                        self.by_token.remove(&token);
+                        self.work.cancel.push(token);
+                    }
+                    if !w.pending {
+                        w.pending = true;
+                        self.to_arm.push((fd, side));
+                    }
+                }
+                Some((std::mem::replace(&mut w.handle, handle), fileobj))
+            }
             empty => {
                 *empty = Some(Watch {
                     handle,
                     fileobj,
                     armed: None,
                     pending: true,
+                    multi,
+                    queued: false,
+                    hung_up: false,
                 });
                 self.to_arm.push((fd, side));
                 None
@@ -214,7 +263,7 @@ impl<H: Callback, F> Watchers<H, F> {
             let token = *next_token;
             w.armed = Some(token);
             by_token.insert(token, (fd, side));
-            work.arm.push((token, fd, side));
+            work.arm.push((token, fd, side, w.multi));
         }
         std::mem::swap(work, into);
     }
@@ -246,22 +295,31 @@ impl<H: Callback, F> Watchers<H, F> {
         }
     }
 
-    /// Handles a poll completion. Returns the handle to queue when the fd is ready and the
-    /// watcher is live; a cancelled watcher is removed instead (asyncio's `_process_events`).
-    /// The second value is a cancelled watcher removed by this call (to drop outside locks).
+    /// Handles a poll completion (`more`: a `PollMulti` that stays armed). Returns the
+    /// handle to queue when the fd is ready and the watcher is live and not queued yet; a
+    /// cancelled watcher is removed instead (asyncio's `_process_events`). The second value
+    /// is a cancelled watcher removed by this call (to drop outside locks).
     pub fn complete(
         &mut self,
         cx: H::Cx<'_>,
         token: Token,
         result: i32,
+        more: bool,
     ) -> (Option<H>, Option<Removed<H, F>>) {
-        let Some((fd, side)) = self.by_token.remove(&token) else {
+        let found = if more {
+            self.by_token.get(&token).copied()
+        } else {
+            self.by_token.remove(&token)
+        };
+        let Some((fd, side)) = found else {
             return (None, None); // removed or replaced meanwhile
         };
         let Some(w) = self.by_fd.get_mut(&fd).and_then(|e| e[slot(side)].as_mut()) else {
             return (None, None);
         };
-        w.armed = None;
+        if !more {
+            w.armed = None;
+        }
         if result < 0 {
             // EBADF and friends: the fd went away under the watcher; stay silent.
             return (None, None);
@@ -269,16 +327,76 @@ impl<H: Callback, F> Watchers<H, F> {
         if w.handle.is_cancelled() {
             return (None, self.remove(fd, side));
         }
-        w.pending = true;
-        self.rearm_after_batch.push((fd, side));
+        if !more {
+            // A one-shot poll, or a multishot one the kernel ended: armed again once the
+            // callback ran.
+            w.pending = true;
+            self.rearm_after_batch.push((fd, side));
+        }
+        if w.multi {
+            w.hung_up |= result & HANGUP != 0;
+            if w.queued {
+                return (None, None);
+            }
+            w.queued = true;
+            self.queued.push((fd, side));
+        }
         (Some(w.handle.share(cx)), None)
     }
 
+    /// The callback of the `multi` watcher on `fd`/`side` did not drain the fd: queue it
+    /// in the next iteration (at [`take_again`](Self::take_again)), as a level-triggered
+    /// selector would report the fd again. Ignored for any other watcher.
+    pub fn again(&mut self, fd: i32, side: Side) {
+        let live = self
+            .by_fd
+            .get(&fd)
+            .and_then(|e| e[slot(side)].as_ref())
+            .is_some_and(|w| w.multi);
+        if live {
+            self.again.push((fd, side));
+        }
+    }
+
+    /// Whether a callback waits for [`take_again`](Self::take_again) (the next wait must
+    /// not sleep).
+    pub fn has_again(&self) -> bool {
+        !self.again.is_empty()
+    }
+
+    /// Queues (into `ready`) the callbacks that asked to run [`again`](Self::again), after
+    /// this iteration's completions, each once; returns how many.
+    pub fn take_again(&mut self, cx: H::Cx<'_>, ready: &mut impl Extend<H>) -> usize {
+        let mut queued = 0;
+        for (fd, side) in self.again.drain(..) {
+            let Some(w) = self.by_fd.get_mut(&fd).and_then(|e| e[slot(side)].as_mut()) else {
+                continue;
+            };
+            if !w.multi || w.queued || w.handle.is_cancelled() {
+                continue;
+            }
+            w.queued = true;
+            self.queued.push((fd, side));
+            ready.extend(Some(w.handle.share(cx)));
+            queued += 1;
+        }
+        queued
+    }
+
     /// The batch that runs the queued watcher callbacks has started: their re-arms go to
-    /// the next flush, which happens after the callbacks ran.
+    /// the next flush, which happens after the callbacks ran, and readiness reported from
+    /// now on queues a `multi` watcher's callback again.
     pub fn batch_started(&mut self) {
         if !self.rearm_after_batch.is_empty() {
             self.to_arm.append(&mut self.rearm_after_batch);
+        }
+        for (fd, side) in self.queued.drain(..) {
+            if let Some(w) = self.by_fd.get_mut(&fd).and_then(|e| e[slot(side)].as_mut()) {
+                w.queued = false;
+                if w.hung_up {
+                    self.again.push((fd, side));
+                }
+            }
         }
     }
 
@@ -312,6 +430,8 @@ impl<H: Callback, F> Watchers<H, F> {
     pub fn drain_all(&mut self) -> Vec<Removed<H, F>> {
         self.by_token.clear();
         self.rearm_after_batch.clear();
+        self.queued.clear();
+        self.again.clear();
         self.to_arm.clear();
         self.work.clear();
         self.by_fd
@@ -384,15 +504,16 @@ mod tests {
     #[test]
     fn a_watcher_is_armed_once_and_fires_once_per_readiness() {
         let mut w: Watchers<Cb, u32> = Watchers::default();
-        assert!(w.add(5, Side::Read, cb("r"), 50).is_none());
+        assert!(w.add(5, Side::Read, cb("r"), 50, false).is_none());
         let work = flush(&mut w);
         assert_eq!(work.arm.len(), 1);
-        let (token, fd, side) = work.arm[0];
+        let (token, fd, side, multi) = work.arm[0];
+        assert!(!multi);
         assert_eq!((fd, side), (5, Side::Read));
         assert!(flush(&mut w).is_empty(), "armed already: nothing to submit");
         assert_eq!(w.in_flight(), 1);
 
-        let (run, removed) = w.complete((), token, 1);
+        let (run, removed) = w.complete((), token, 1, false);
         assert_eq!(run.map(|c| c.0), Some("r"));
         assert!(removed.is_none());
         // Re-armed only once the batch running the callback has started.
@@ -402,14 +523,16 @@ mod tests {
         assert_eq!(again.arm.len(), 1);
         assert_ne!(again.arm[0].0, token, "a fresh token for each arm");
         // A late completion of the old token is ignored.
-        assert!(w.complete((), token, 1).0.is_none());
+        assert!(w.complete((), token, 1, false).0.is_none());
     }
 
     #[test]
     fn adding_again_replaces_the_handle_and_keeps_the_first_file_object() {
         let mut w: Watchers<Cb, u32> = Watchers::default();
-        w.add(3, Side::Write, cb("first"), 30);
-        let (old, unused) = w.add(3, Side::Write, cb("second"), 31).expect("replaced");
+        w.add(3, Side::Write, cb("first"), 30, false);
+        let (old, unused) = w
+            .add(3, Side::Write, cb("second"), 31, false)
+            .expect("replaced");
         assert_eq!((old.0, unused), ("first", 31));
         assert_eq!(w.len(), 1);
         assert_eq!(w.get((), 3, Side::Write).map(|c| c.0), Some("second"));
@@ -420,8 +543,8 @@ mod tests {
     #[test]
     fn removing_an_armed_watcher_cancels_its_poll() {
         let mut w: Watchers<Cb, u32> = Watchers::default();
-        w.add(4, Side::Read, cb("r"), 40);
-        w.add(4, Side::Write, cb("w"), 41);
+        w.add(4, Side::Read, cb("r"), 40, false);
+        w.add(4, Side::Write, cb("w"), 41, false);
         let tokens: Vec<_> = flush(&mut w).arm.iter().map(|a| a.0).collect();
         let (h, f) = w.remove(4, Side::Read).expect("was there");
         assert_eq!((h.0, f), ("r", 40));
@@ -429,7 +552,7 @@ mod tests {
         assert!(w.remove(4, Side::Read).is_none());
         assert!(!w.is_empty(), "the writer is still there");
         assert!(
-            w.complete((), tokens[0], 1).0.is_none(),
+            w.complete((), tokens[0], 1, false).0.is_none(),
             "removed meanwhile"
         );
         w.remove(4, Side::Write);
@@ -441,16 +564,16 @@ mod tests {
         let mut w: Watchers<Cb, u32> = Watchers::default();
         let c = cb("c");
         let flag = Rc::clone(&c.1);
-        w.add(7, Side::Read, c, 70);
-        w.add(8, Side::Read, cb("bad"), 80);
+        w.add(7, Side::Read, c, 70, false);
+        w.add(8, Side::Read, cb("bad"), 80, false);
         let arms = flush(&mut w).arm;
         let token_of = |fd| arms.iter().find(|a| a.1 == fd).map(|a| a.0).expect("armed");
         flag.set(true);
-        let (run, removed) = w.complete((), token_of(7), 1);
+        let (run, removed) = w.complete((), token_of(7), 1, false);
         assert!(run.is_none());
         assert_eq!(removed.map(|(h, f)| (h.0, f)), Some(("c", 70)));
         // EBADF: the watcher stays, silent and unarmed.
-        let (run, removed) = w.complete((), token_of(8), -9);
+        let (run, removed) = w.complete((), token_of(8), -9, false);
         assert!(run.is_none() && removed.is_none());
         assert_eq!(w.len(), 1);
         assert!(flush(&mut w).is_empty());
@@ -459,8 +582,8 @@ mod tests {
     #[test]
     fn arm_later_and_rearm_all_submit_again_under_new_tokens() {
         let mut w: Watchers<Cb, u32> = Watchers::default();
-        w.add(1, Side::Read, cb("a"), 10);
-        w.add(2, Side::Write, cb("b"), 20);
+        w.add(1, Side::Read, cb("a"), 10, false);
+        w.add(2, Side::Write, cb("b"), 20, false);
         let first = flush(&mut w).arm;
         w.arm_later(first[0].0);
         let retry = flush(&mut w).arm;
@@ -472,5 +595,102 @@ mod tests {
         assert!(all.iter().all(|a| a.0 > retry[0].0));
         assert_eq!(w.drain_all().len(), 2);
         assert!(w.is_empty() && w.in_flight() == 0);
+    }
+
+    #[test]
+    fn a_multi_watcher_is_armed_once_and_queued_once_per_batch() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        w.add(5, Side::Read, cb("r"), 50, true);
+        let work = flush(&mut w);
+        let (token, _, _, multi) = work.arm[0];
+        assert!(multi, "armed as one PollMulti");
+        let mut ready = Vec::new();
+
+        let (run, _) = w.complete((), token, 1, true);
+        ready.extend(run);
+        // Two reports before the batch starts queue the callback once.
+        assert!(w.complete((), token, 1, true).0.is_none());
+        assert_eq!(ready.len(), 1);
+        w.batch_started();
+        assert!(flush(&mut w).is_empty(), "still armed: nothing to submit");
+        assert_eq!(w.in_flight(), 1);
+        // New readiness after the batch started queues it again.
+        assert_eq!(w.complete((), token, 1, true).0.map(|c| c.0), Some("r"));
+    }
+
+    #[test]
+    fn a_multi_watcher_that_did_not_drain_runs_again_once() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        w.add(5, Side::Read, cb("r"), 50, true);
+        w.add(6, Side::Read, cb("plain"), 60, false);
+        let arms = flush(&mut w).arm;
+        let token = arms[0].0;
+        let mut ready: Vec<Cb> = Vec::new();
+        ready.extend(w.complete((), token, 1, true).0);
+        w.batch_started();
+        // The callback ran and did not drain the fd; the plain watcher's `again` is ignored.
+        w.again(5, Side::Read);
+        w.again(6, Side::Read);
+        assert!(w.has_again());
+        // The kernel also reported the fd before the next iteration routed its completions.
+        ready.extend(w.complete((), token, 1, true).0);
+        assert_eq!(
+            w.take_again((), &mut ready),
+            0,
+            "queued by the completion already"
+        );
+        assert!(!w.has_again());
+        assert_eq!(ready.len(), 2);
+        w.batch_started();
+        w.again(5, Side::Read);
+        assert_eq!(w.take_again((), &mut ready), 1);
+        assert_eq!(ready.last().map(|c| c.0), Some("r"));
+        // A removed watcher's request is dropped.
+        w.batch_started();
+        w.again(5, Side::Read);
+        w.remove(5, Side::Read);
+        assert_eq!(w.take_again((), &mut ready), 0);
+        assert_eq!(w.take_cancels(), vec![token], "its PollMulti is cancelled");
+    }
+
+    #[test]
+    fn a_multi_poll_the_kernel_ended_is_armed_again_and_a_mode_change_rearms() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        w.add(5, Side::Read, cb("r"), 50, true);
+        let token = flush(&mut w).arm[0].0;
+        // Final completion with readiness: queued, and armed again after the batch.
+        assert!(w.complete((), token, 1, false).0.is_some());
+        assert_eq!(w.in_flight(), 0);
+        w.batch_started();
+        let again = flush(&mut w).arm;
+        assert_eq!(again.len(), 1);
+        assert!(again[0].3, "still multi");
+        // Replaced by a plain watcher: the PollMulti is cancelled, a one-shot Poll armed.
+        w.add(5, Side::Read, cb("plain"), 51, false);
+        let work = flush(&mut w);
+        assert_eq!(work.cancel, vec![again[0].0]);
+        assert_eq!(work.arm.len(), 1);
+        assert!(!work.arm[0].3);
+    }
+
+    #[test]
+    fn a_multi_watcher_whose_fd_hung_up_runs_every_iteration_until_removed() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        w.add(5, Side::Read, cb("r"), 50, true);
+        let token = flush(&mut w).arm[0].0;
+        let mut ready: Vec<Cb> = Vec::new();
+        ready.extend(w.complete((), token, 1, true).0);
+        // The hang-up comes while the callback is still queued: nothing more is queued,
+        // but it is remembered.
+        assert!(w.complete((), token, 1 | super::HANGUP, true).0.is_none());
+        for _ in 0..3 {
+            w.batch_started();
+            assert!(w.has_again(), "end of stream stays ready");
+            assert_eq!(w.take_again((), &mut ready), 1);
+        }
+        w.batch_started();
+        w.remove(5, Side::Read);
+        assert_eq!(w.take_again((), &mut ready), 0);
+        assert_eq!(ready.len(), 4);
     }
 }

@@ -19,7 +19,7 @@ pub mod uring;
 use std::io;
 use std::time::Duration;
 
-pub use op::{Completion, DriverCounters, Interest, Op, Token};
+pub use op::{Completion, DriverCounters, Interest, Op, Token, HANGUP};
 
 /// Which backend a caller asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,9 +4,9 @@
 //!
 //! Every operation is completion-style: it is submitted under a caller-chosen [`Token`] and
 //! later yields exactly one final [`Completion`] with that token (a result or `-errno`,
-//! `-ECANCELED` when it was cancelled first). The exception is the multishot
-//! [`Op::AcceptMulti`]: one [`Completion`] per accepted connection, exactly one of them
-//! final (`more == false`). Completions of every kind come out of one `wait`, in one
+//! `-ECANCELED` when it was cancelled first). The exceptions are the multishot ops,
+//! [`Op::AcceptMulti`] (one [`Completion`] per accepted connection) and [`Op::PollMulti`]
+//! (one per readiness): several completions, exactly one of them final (`more == false`). Completions of every kind come out of one `wait`, in one
 //! vector, in the order the driver reaped them. Both drivers take every op: the `poll`
 //! driver performs a send itself, retrying on writability inside the driver, and an
 //! accept as an `accept4` loop on each readability, as the `uring` driver does on a kernel
@@ -71,6 +71,24 @@ pub enum Op {
         /// What to wait for; never empty.
         interest: Interest,
     },
+    /// Multishot readiness: a [`Completion`] with `more` (the ready [`Interest`] bits) each
+    /// time `fd` becomes ready for a bit of `interest`, until it is cancelled or ends.
+    /// Armed while the fd is ready, it completes at once; after that it reports new
+    /// readiness (data that arrives), not readiness that stays (data left unread): a
+    /// caller that did not drain the fd knows it and acts as if it were reported again.
+    /// A result with [`HANGUP`] says the fd reached end of stream or failed: that
+    /// readiness stays until the fd is closed, and may not be reported again.
+    /// It ends with a final completion: `-ECANCELED` after a cancel, `-errno`, or (the
+    /// kernel stopped it) the ready bits with `more == false`, after which the caller
+    /// submits it again if it still wants it. The ring's `IORING_POLL_ADD_MULTI` (Linux
+    /// 5.13); a one-shot POLL_ADD re-armed at each completion on older kernels; the `poll`
+    /// driver's edge-triggered registration, kept.
+    PollMulti {
+        /// The file descriptor to watch; the caller keeps it open until the final completion.
+        fd: RawFd,
+        /// What to wait for; never empty.
+        interest: Interest,
+    },
     /// Multishot accept, on every driver: the kernel's on `uring` (Linux 5.19+); performed
     /// by the driver on `poll` (Unix) and on older kernels, as readiness of the listening
     /// socket, then `accept4` until nothing is left. What is waiting is accepted at once; a
@@ -100,17 +118,22 @@ pub enum Op {
     },
 }
 
+/// A bit of an [`Op::PollMulti`] completion's result, beside the ready [`Interest`] bits:
+/// the peer hung up (end of stream) or the fd failed.
+pub const HANGUP: i32 = 4;
+
 /// One answer for one submitted operation: its final one, or (a multishot accept's
 /// connections) one of several.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
     /// The token the operation was submitted with.
     pub token: Token,
-    /// `>= 0`: the operation's result (for `Poll`, the ready `Interest` bits; for
+    /// `>= 0`: the operation's result (for `Poll` and `PollMulti`, the ready `Interest` bits; for
     /// `SendMsg`, the bytes sent; for `AcceptMulti`, the accepted fd);
     /// `< 0`: `-errno` (`-ECANCELED` after [`cancel`](super::Driver::cancel)).
     pub result: i32,
-    /// More completions follow for this operation (a multishot accept still accepting).
+    /// More completions follow for this operation (a multishot accept still accepting, a
+    /// multishot poll still watching).
     pub more: bool,
 }
 

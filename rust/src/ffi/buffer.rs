@@ -28,9 +28,10 @@ pub fn buffer_to_vec(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec())
 }
 
-/// Receives from `fd` straight into a writable buffer (a protocol's `get_buffer()`).
-/// The outer error is a Python one (not a writable buffer); the inner one the kernel's.
-pub fn recv_into_buffer(fd: i32, obj: &Bound<'_, PyAny>) -> PyResult<io::Result<usize>> {
+/// Receives from `fd` straight into a writable buffer (a protocol's `get_buffer()`): the
+/// bytes received, and whether they filled the buffer. The outer error is a Python one
+/// (not a writable buffer); the inner one the kernel's.
+pub fn recv_into_buffer(fd: i32, obj: &Bound<'_, PyAny>) -> PyResult<io::Result<(usize, bool)>> {
     let buf = PyUntypedBuffer::get(obj)?;
     if buf.readonly() {
         return Err(PyBufferError::new_err("the buffer must be writable"));
@@ -42,7 +43,8 @@ pub fn recv_into_buffer(fd: i32, obj: &Bound<'_, PyAny>) -> PyResult<io::Result<
     let ptr = buf.buf_ptr() as *mut u8;
     // SAFETY: the writable export `buf` is held for the call, so `ptr..ptr+len` is valid
     // for writes; no Python code runs meanwhile.
-    Ok(unsafe { crate::sys::sock::recv_raw(fd, ptr, len) })
+    let got = unsafe { crate::sys::sock::recv_raw(fd, ptr, len) };
+    Ok(got.map(|n| (n, n == len)))
 }
 
 /// `sock.recv(n)` without the socket object: one `recv(fd, n)` (never blocking) into a new

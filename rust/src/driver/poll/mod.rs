@@ -93,7 +93,8 @@ impl PollDriver {
     /// A send is tried at once (see [`submit_send`](Self::submit_send)).
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
         match op {
-            Op::Poll { fd, interest } => self.submit_poll(token, fd, interest),
+            Op::Poll { fd, interest } => self.submit_poll(token, fd, interest, false),
+            Op::PollMulti { fd, interest } => self.submit_poll(token, fd, interest, true),
             Op::SendMsg { fd, msg } => self.submit_send(token, fd, msg),
             Op::AcceptMulti { fd } => self.submit_accept(token, fd),
         }
@@ -149,10 +150,16 @@ impl PollDriver {
     }
 
     #[cfg(unix)]
-    fn submit_poll(&mut self, token: Token, fd: RawFd, interest: Interest) -> io::Result<()> {
+    fn submit_poll(
+        &mut self,
+        token: Token,
+        fd: RawFd,
+        interest: Interest,
+        multi: bool,
+    ) -> io::Result<()> {
         check_op(token, interest)?;
         self.check_new(token, fd)?;
-        let added = self.sources.add(token, fd, interest);
+        let added = self.sources.add(token, fd, interest, multi);
         self.register_new(token, fd, added)
     }
 
@@ -240,6 +247,7 @@ impl PollDriver {
         token: Token,
         _fd: crate::sys::RawFd,
         interest: Interest,
+        _multi: bool,
     ) -> io::Result<()> {
         check_op(token, interest)?;
         Err(io::Error::new(
@@ -290,8 +298,9 @@ impl PollDriver {
                 }
                 let ready = ready_interest(event);
                 let fd = event.token().0 as i32;
+                let hangup = event.is_error() || event.is_read_closed();
                 self.sources
-                    .ready(fd, ready, event.is_error(), out, &mut io);
+                    .ready(fd, ready, event.is_error(), hangup, out, &mut io);
             }
             // Connections accepted on this readiness, after it.
             out.append(&mut self.multi);

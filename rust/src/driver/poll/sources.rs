@@ -13,7 +13,7 @@
 
 use crate::intmap::IntMap;
 
-use crate::driver::op::{Completion, Interest, Token};
+use crate::driver::op::{Completion, Interest, Token, HANGUP};
 use crate::sys::RawFd;
 
 /// What a pending op does when its fd is ready.
@@ -21,6 +21,9 @@ use crate::sys::RawFd;
 pub(super) enum OpKind {
     /// Completes with the ready bits.
     Poll,
+    /// Reports the ready bits at each readiness event (`more`) and stays until cancelled:
+    /// the fd's registration is left as it is, so mio reports only new readiness.
+    PollMulti,
     /// A send waiting for writability: retried with the `msghdr` at this address.
     Send(usize),
     /// A multishot accept: accepts on readability, stays until it ends.
@@ -107,9 +110,20 @@ impl Sources {
         self.tokens.contains_key(&token)
     }
 
-    /// Records a Poll op. The caller must check [`contains`](Self::contains) first.
-    pub(super) fn add(&mut self, token: Token, fd: RawFd, interest: Interest) -> Added {
-        let kind = OpKind::Poll;
+    /// Records a Poll op (`multi`: a PollMulti op). The caller must check
+    /// [`contains`](Self::contains) first.
+    pub(super) fn add(
+        &mut self,
+        token: Token,
+        fd: RawFd,
+        interest: Interest,
+        multi: bool,
+    ) -> Added {
+        let kind = if multi {
+            OpKind::PollMulti
+        } else {
+            OpKind::Poll
+        };
         self.add_op(
             fd,
             PendingOp {
@@ -251,11 +265,16 @@ impl Sources {
     /// error, as under asyncio, where the retried send would have taken it and left the
     /// reader only an end of stream. The send stays armed and is retried at the next
     /// `wait` (or cancelled by then, when the reader's error closed the transport).
+    ///
+    /// `hangup`: the fd is at end of stream or failed, reported to a PollMulti op as
+    /// `HANGUP` (a readiness that stays).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn ready(
         &mut self,
         fd: RawFd,
         ready: Interest,
         failed: bool,
+        hangup: bool,
         out: &mut Vec<Completion>,
         io: &mut impl Perform,
     ) {
@@ -265,6 +284,13 @@ impl Sources {
         // The common case, one plain Poll op (a transport's reader): no order to keep
         // and nothing to retry, so no pass over the ops.
         if let [op] = state.ops.as_slice() {
+            if op.kind == OpKind::PollMulti {
+                let hit = op.interest.bits() & ready.bits();
+                if hit != 0 {
+                    out.push(multi_ready(op.token, hit, hangup));
+                }
+                return;
+            }
             if op.kind == OpKind::Poll {
                 let hit = op.interest.bits() & ready.bits();
                 if hit != 0 {
@@ -290,9 +316,14 @@ impl Sources {
                 if hit == 0 || op.interest.is_readable() != readers {
                     return true;
                 }
+                if op.kind == OpKind::PollMulti {
+                    read |= readers;
+                    out.push(multi_ready(op.token, hit, hangup));
+                    return true;
+                }
                 touched = true;
                 let result = match op.kind {
-                    OpKind::Poll => {
+                    OpKind::Poll | OpKind::PollMulti => {
                         read |= readers;
                         i32::from(hit)
                     }
@@ -314,7 +345,7 @@ impl Sources {
             });
         }
         if touched {
-            for c in &out[before..] {
+            for c in out[before..].iter().filter(|c| !c.more) {
                 self.tokens.remove(&c.token);
             }
             if let Some(token) = ended {
@@ -329,6 +360,15 @@ impl Sources {
             state.dirty = true;
             dirty.push(fd);
         }
+    }
+}
+
+/// A PollMulti op's completion for the ready bits `hit`, with `HANGUP` when the fd hung up.
+fn multi_ready(token: Token, hit: u8, hangup: bool) -> Completion {
+    Completion {
+        token,
+        result: i32::from(hit) | if hangup { HANGUP } else { 0 },
+        more: true,
     }
 }
 
@@ -362,9 +402,9 @@ mod tests {
     #[test]
     fn merges_reader_and_writer() {
         let mut s = Sources::default();
-        assert_eq!(s.add(1, 5, R), Added::Register(R));
+        assert_eq!(s.add(1, 5, R, false), Added::Register(R));
         s.set_registered(5, Some(R));
-        assert_eq!(s.add(2, 5, W), Added::Queued);
+        assert_eq!(s.add(2, 5, W, false), Added::Queued);
         let mut ch = Vec::new();
         s.take_changes(&mut ch);
         assert_eq!(
@@ -380,7 +420,7 @@ mod tests {
         s.set_registered(5, Some(R.add(W)));
 
         let mut out = Vec::new();
-        s.ready(5, W, false, &mut out, &mut Fake::default());
+        s.ready(5, W, false, false, &mut out, &mut Fake::default());
         assert_eq!(out, vec![Completion::last(2, 2)]);
         assert!(!s.contains(2) && s.contains(1));
         ch.clear();
@@ -400,7 +440,7 @@ mod tests {
     #[test]
     fn last_op_gone_removes_fd() {
         let mut s = Sources::default();
-        s.add(1, 7, R);
+        s.add(1, 7, R, false);
         s.set_registered(7, Some(R));
         assert_eq!(s.remove(1), Some(OpKind::Poll));
         assert_eq!(s.remove(1), None);
@@ -413,7 +453,7 @@ mod tests {
     #[test]
     fn failed_registration_forgets_op() {
         let mut s = Sources::default();
-        assert_eq!(s.add(1, 9, R), Added::Register(R));
+        assert_eq!(s.add(1, 9, R, false), Added::Register(R));
         s.add_failed(1, 9);
         assert!(s.is_empty() && !s.contains(1));
     }
@@ -421,9 +461,9 @@ mod tests {
     #[test]
     fn fail_fd_completes_all_ops() {
         let mut s = Sources::default();
-        s.add(1, 3, R);
+        s.add(1, 3, R, false);
         s.set_registered(3, Some(R));
-        s.add(2, 3, W);
+        s.add(2, 3, W, false);
         s.add_accept(4, 3);
         let (mut out, mut multi) = (Vec::new(), Vec::new());
         s.fail_fd(3, 9, &mut out, &mut multi);
@@ -441,7 +481,7 @@ mod tests {
     #[test]
     fn a_refused_send_is_retried_on_writability_beside_a_reader() {
         let mut s = Sources::default();
-        assert_eq!(s.add(1, 5, R), Added::Register(R));
+        assert_eq!(s.add(1, 5, R, false), Added::Register(R));
         s.set_registered(5, Some(R));
         assert_eq!(s.add_send(2, 5, 0x1000), Added::Queued);
         let mut ch = Vec::new();
@@ -456,7 +496,7 @@ mod tests {
         // Writable, but the kernel refuses again: the send waits on, the fd is re-armed.
         let mut io = Fake::default();
         let mut out = Vec::new();
-        s.ready(5, W, false, &mut out, &mut io);
+        s.ready(5, W, false, false, &mut out, &mut io);
         assert!(out.is_empty() && s.contains(2) && s.contains(1));
         ch.clear();
         s.take_changes(&mut ch);
@@ -464,7 +504,7 @@ mod tests {
 
         // Readable and writable: the reader completes first, then the send with its bytes.
         io.send_result = Some(300);
-        s.ready(5, R.add(W), false, &mut out, &mut io);
+        s.ready(5, R.add(W), false, false, &mut out, &mut io);
         assert_eq!(io.sends, vec![(5, 0x1000), (5, 0x1000)]);
         assert_eq!(out, vec![Completion::last(1, 1), Completion::last(2, 300)]);
         assert!(s.is_empty() || (!s.contains(1) && !s.contains(2)));
@@ -481,7 +521,7 @@ mod tests {
         // Readable alone does not retry a send.
         let mut out = Vec::new();
         let mut io = Fake::default();
-        s.ready(6, R, false, &mut out, &mut io);
+        s.ready(6, R, false, false, &mut out, &mut io);
         assert!(out.is_empty() && s.contains(4) && io.sends.is_empty());
         assert_eq!(s.remove(4), Some(OpKind::Send(0x2000)));
         assert!(!s.contains(4));
@@ -498,11 +538,11 @@ mod tests {
         let mut io = Fake::default();
         let mut out = Vec::new();
         // Writable alone does not accept.
-        s.ready(3, W, false, &mut out, &mut io);
+        s.ready(3, W, false, false, &mut out, &mut io);
         assert!(io.accepts.is_empty());
         // Readable: accepts, stays, and the fd is re-armed for the next connections.
-        s.ready(3, R, false, &mut out, &mut io);
-        s.ready(3, R, false, &mut out, &mut io);
+        s.ready(3, R, false, false, &mut out, &mut io);
+        s.ready(3, R, false, false, &mut out, &mut io);
         assert_eq!(io.accepts, vec![(3, 7), (3, 7)]);
         assert!(out.is_empty() && s.contains(7));
         let mut ch = Vec::new();
@@ -514,7 +554,7 @@ mod tests {
         assert_eq!(ch, vec![(3, armed)]);
         // An accept that ends (an error) leaves the table.
         io.accept_ends = true;
-        s.ready(3, R, false, &mut out, &mut io);
+        s.ready(3, R, false, false, &mut out, &mut io);
         assert!(!s.contains(7) && out.is_empty());
         ch.clear();
         s.take_changes(&mut ch);
@@ -527,7 +567,7 @@ mod tests {
     #[test]
     fn after_a_reset_the_reader_goes_before_a_waiting_send() {
         let mut s = Sources::default();
-        s.add(1, 5, R);
+        s.add(1, 5, R, false);
         s.set_registered(5, Some(R));
         s.add_send(2, 5, 0x1000);
         let mut io = Fake {
@@ -536,7 +576,7 @@ mod tests {
         };
         let mut out = Vec::new();
         // A reset with a reader armed: only the reader completes; the send is not tried.
-        s.ready(5, R.add(W), true, &mut out, &mut io);
+        s.ready(5, R.add(W), true, false, &mut out, &mut io);
         assert_eq!(out, vec![Completion::last(1, 1)]);
         assert!(io.sends.is_empty() && s.contains(2));
         let mut ch = Vec::new();
@@ -553,7 +593,7 @@ mod tests {
         );
         // The next report, with no reader armed: the send is tried and takes the error.
         out.clear();
-        s.ready(5, R.add(W), true, &mut out, &mut io);
+        s.ready(5, R.add(W), true, false, &mut out, &mut io);
         assert_eq!(io.sends, vec![(5, 0x1000)]);
         assert_eq!(out, vec![Completion::last(2, -libc::ECONNRESET)]);
     }

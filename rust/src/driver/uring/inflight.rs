@@ -28,12 +28,17 @@ pub(super) enum Kind {
     AcceptPoll,
     /// One `sendmsg` of the `msghdr` at this address.
     SendMsg(usize),
+    /// Multishot readiness, the kernel's (`IORING_POLL_ADD_MULTI`).
+    PollMulti(Interest),
+    /// Multishot readiness performed by the driver: a one-shot POLL_ADD re-armed at each
+    /// completion (kernels before 5.13).
+    PollEach(Interest),
 }
 
 impl Kind {
     /// Yields several CQEs (only the last without `MORE`).
     pub(super) fn is_multishot(self) -> bool {
-        self.is_accept()
+        matches!(self, Kind::AcceptMulti | Kind::PollMulti(_))
     }
 
     /// An accept, either way it is performed.

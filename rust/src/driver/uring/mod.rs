@@ -21,6 +21,12 @@
 //! `RSLOOP_TEST_URING_NO_ACCEPT_MULTI=1`, read by [`UringDriver::new`], takes that path on
 //! a kernel that has multishot accept (the Python server tests run with it too); Rust tests
 //! use [`UringOptions::no_accept_multi`].
+//!
+//! `Op::PollMulti` is the kernel's multishot POLL_ADD (Linux 5.13, known by a feature flag
+//! of the same release). Elsewhere the driver re-arms a one-shot POLL_ADD each time it
+//! completes and reports each completion with `more`; a re-armed poll finds readiness that
+//! stayed, which the contract allows. Test hook: `RSLOOP_TEST_URING_NO_POLL_MULTI=1`;
+//! Rust tests use [`UringOptions::no_poll_multi`].
 
 mod inflight;
 mod ops;
@@ -70,6 +76,9 @@ pub struct UringOptions {
     /// Perform `Op::AcceptMulti` by POLL_ADD + `accept4` as if multishot accept (5.19)
     /// were missing.
     pub no_accept_multi: bool,
+    /// Perform `Op::PollMulti` by re-armed one-shot POLL_ADDs as if multishot poll (5.13)
+    /// were missing.
+    pub no_poll_multi: bool,
 }
 
 /// A thread-safe handle that interrupts [`UringDriver::wait`] by writing its eventfd.
@@ -131,6 +140,8 @@ pub struct UringDriver {
     multi: Vec<Completion>,
     /// The kernel takes multishot accepts (Linux 5.19); else the driver performs them.
     accept_multi: bool,
+    /// The kernel takes multishot polls (Linux 5.13); else the driver re-arms them.
+    poll_multi: bool,
     /// Zero-timeout waits in a row that made no syscall (see `QUIET_WAITS_MAX`).
     quiet_waits: u32,
 }
@@ -151,10 +162,10 @@ impl UringDriver {
     /// arms the waker. Errors read like `io_uring_setup: EPERM (Operation not permitted)`.
     pub fn new() -> io::Result<Self> {
         // A test hook (see the module doc), not a setting.
-        let no_accept_multi =
-            std::env::var_os("RSLOOP_TEST_URING_NO_ACCEPT_MULTI").is_some_and(|v| v == "1");
+        let hook = |name| std::env::var_os(name).is_some_and(|v| v == "1");
         Self::with_options(UringOptions {
-            no_accept_multi,
+            no_accept_multi: hook("RSLOOP_TEST_URING_NO_ACCEPT_MULTI"),
+            no_poll_multi: hook("RSLOOP_TEST_URING_NO_POLL_MULTI"),
             ..UringOptions::default()
         })
     }
@@ -172,6 +183,7 @@ impl UringDriver {
         Ok(UringDriver {
             multi: Vec::new(),
             accept_multi: features.accept_multi && !options.no_accept_multi,
+            poll_multi: features.poll_multi && !options.no_poll_multi,
             quiet_waits: 0,
             ring: ManuallyDrop::new(ring),
             wake_fd,
@@ -193,15 +205,11 @@ impl UringDriver {
     pub fn submit(&mut self, token: Token, op: Op) -> io::Result<()> {
         check_token(token)?;
         let (fd, kind) = match op {
-            Op::Poll { fd, interest } => {
-                if interest.is_empty() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "driver: Poll op with empty interest",
-                    ));
-                }
-                (fd, Kind::Poll(interest))
+            Op::Poll { fd, interest } => (fd, Kind::Poll(nonempty(interest)?)),
+            Op::PollMulti { fd, interest } if self.poll_multi => {
+                (fd, Kind::PollMulti(nonempty(interest)?))
             }
+            Op::PollMulti { fd, interest } => (fd, Kind::PollEach(nonempty(interest)?)),
             Op::AcceptMulti { fd } if self.accept_multi => (fd, Kind::AcceptMulti),
             Op::AcceptMulti { fd } => return self.submit_accept_poll(token, fd),
             Op::SendMsg { fd, msg } => (fd, Kind::SendMsg(msg)),
@@ -467,6 +475,19 @@ impl UringDriver {
                         } else {
                             accept_batch(entry.fd, entry.token, out)
                         }),
+                        Kind::PollEach(interest) => Some(if res < 0 {
+                            Some(res)
+                        } else if cancel_sent {
+                            // Ready, but cancelled: the cancel's answer is the end.
+                            Some(-libc::ECANCELED)
+                        } else {
+                            out.push(Completion {
+                                token: entry.token,
+                                result: ops::poll_multi_result(res, interest),
+                                more: true,
+                            });
+                            None
+                        }),
                         Kind::AcceptMulti
                             if res == -libc::EINVAL && !cancel_sent && !cqueue::more(flags) =>
                         {
@@ -498,9 +519,15 @@ impl UringDriver {
                         if !more {
                             self.inflight.complete(user_data);
                         }
+                        let result = match entry.kind {
+                            Kind::PollMulti(interest) if res >= 0 => {
+                                ops::poll_multi_result(res, interest)
+                            }
+                            _ => res,
+                        };
                         out.push(Completion {
                             token: entry.token,
-                            result: res,
+                            result,
                             more,
                         });
                         continue;
@@ -655,7 +682,20 @@ fn sqe_for(fd: i32, kind: Kind) -> squeue::Entry {
         Kind::AcceptMulti => ops::accept_multi(fd),
         Kind::AcceptPoll => ops::poll_add(fd, Interest::READABLE),
         Kind::SendMsg(msg) => ops::send_msg(fd, msg as *const libc::msghdr),
+        Kind::PollMulti(interest) => ops::poll_multi(fd, interest),
+        Kind::PollEach(interest) => ops::poll_each(fd, interest),
     }
+}
+
+/// `interest`, refused when empty (a poll for nothing would never complete).
+fn nonempty(interest: Interest) -> io::Result<Interest> {
+    if interest.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "driver: Poll op with empty interest",
+        ));
+    }
+    Ok(interest)
 }
 
 /// Accepts what is waiting on the listening socket `fd` (non-blocking, as asyncio's are),

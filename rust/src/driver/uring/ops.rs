@@ -3,15 +3,49 @@
 
 use io_uring::{opcode, squeue, types};
 
-use crate::driver::op::Interest;
+use crate::driver::op::{Interest, HANGUP};
 use crate::sys::RawFd;
 
 const POLLIN: u32 = libc::POLLIN as u32;
 const POLLOUT: u32 = libc::POLLOUT as u32;
 const POLL_FAILED: u32 = (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) as u32;
+const POLLRDHUP: u32 = libc::POLLRDHUP as u32;
 
 /// One-shot readiness poll. Needs Linux 5.1 (`IORING_OP_POLL_ADD`).
 pub(super) fn poll_add(fd: RawFd, interest: Interest) -> squeue::Entry {
+    opcode::PollAdd::new(types::Fd(fd), poll_mask(interest)).build()
+}
+
+/// Multishot readiness poll: a CQE with `MORE` at each wakeup that finds the fd ready;
+/// a reader also hears of the peer's hang-up (`POLLRDHUP`). Needs Linux 5.13
+/// (`IORING_POLL_ADD_MULTI`).
+pub(super) fn poll_multi(fd: RawFd, interest: Interest) -> squeue::Entry {
+    opcode::PollAdd::new(types::Fd(fd), multi_mask(interest))
+        .multi(true)
+        .build()
+}
+
+/// The one-shot poll that stands in for [`poll_multi`] on kernels before 5.13, re-armed
+/// at each completion.
+pub(super) fn poll_each(fd: RawFd, interest: Interest) -> squeue::Entry {
+    opcode::PollAdd::new(types::Fd(fd), multi_mask(interest)).build()
+}
+
+fn multi_mask(interest: Interest) -> u32 {
+    let mut mask = poll_mask(interest);
+    if interest.is_readable() {
+        mask |= POLLRDHUP;
+    }
+    mask
+}
+
+/// [`poll_result`] for `Op::PollMulti`, with `HANGUP` when the fd hung up or failed.
+pub(super) fn poll_multi_result(mask: i32, requested: Interest) -> i32 {
+    let hangup = (mask as u32) & (POLL_FAILED | POLLRDHUP) != 0;
+    poll_result(mask, requested) | if hangup { HANGUP } else { 0 }
+}
+
+fn poll_mask(interest: Interest) -> u32 {
     let mut mask = 0;
     if interest.is_readable() {
         mask |= POLLIN;
@@ -19,7 +53,7 @@ pub(super) fn poll_add(fd: RawFd, interest: Interest) -> squeue::Entry {
     if interest.is_writable() {
         mask |= POLLOUT;
     }
-    opcode::PollAdd::new(types::Fd(fd), mask).build()
+    mask
 }
 
 /// The `Interest` bits a POLL_ADD result mask means for an op that asked for `requested`:
@@ -91,5 +125,9 @@ mod tests {
         assert_eq!(poll_result(libc::POLLHUP as i32, w), 2);
         assert_eq!(poll_result(libc::POLLERR as i32, r.add(w)), 3);
         assert_eq!(poll_result(libc::POLLNVAL as i32, r), 1);
+        assert_eq!(poll_multi_result(libc::POLLIN as i32, r), 1);
+        let closed = (libc::POLLIN | libc::POLLRDHUP) as i32;
+        assert_eq!(poll_multi_result(closed, r), 1 | HANGUP);
+        assert_eq!(poll_multi_result(libc::POLLERR as i32, r), 1 | HANGUP);
     }
 }

@@ -21,6 +21,8 @@ pub(super) struct Features {
     pub(super) read: bool,
     /// Multishot accept looks available (see `setup`).
     pub(super) accept_multi: bool,
+    /// Multishot poll (`IORING_POLL_ADD_MULTI`, 5.13).
+    pub(super) poll_multi: bool,
 }
 
 /// Calls `build` with each size in turn while it fails with `ENOMEM`.
@@ -85,6 +87,10 @@ pub(super) fn setup(sizes: &[u32]) -> io::Result<(IoUring, Features)> {
         // it. Without it, or if a kernel refuses the flag anyway (-EINVAL), the driver
         // accepts by POLL_ADD + accept4 itself (`mod.rs`).
         accept_multi: probe.is_supported(opcode::Socket::CODE),
+        // Multishot poll (5.13) is a flag of POLL_ADD, with no opcode of its own; resource
+        // tags came in the same release. Without it the driver re-arms a one-shot POLL_ADD
+        // at each completion (`mod.rs`).
+        poll_multi: params.is_feature_resource_tagging(),
     };
     let mut required = vec![
         ("PollAdd", opcode::PollAdd::CODE),

@@ -29,12 +29,13 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 use pyo3::PyTraverseError;
 
-use super::common::{is_exit, requested_limits, would_block, Base, TransportCore, WriteBuffer};
+use super::common::{
+    is_exit, requested_limits, would_block, Base, TransportCore, WriteBuffer, MAX_READ,
+};
 use crate::core::handle::LoopHandle;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::ffi::gil::GilCell;
-use crate::handles::Args;
 use crate::sys::sock::{self, SendHeader};
 use read::BIG_READ;
 use write::Pending;
@@ -151,13 +152,13 @@ impl TransportCore for StreamCore {
 
 impl StreamCore {
     /// Installs `_read_ready` as the fd's reader (the only watcher a stream transport
-    /// uses: its sends wait for room inside the driver).
+    /// uses: its sends wait for room inside the driver). It stays armed across readiness;
+    /// a receive that filled what it asked for says the socket may hold more
+    /// (`read_again`), and one that did not has drained it.
     fn watch_read(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let cb = slf.getattr(intern!(py, "_read_ready"))?.unbind();
-        self.loop_
-            .add_watcher(py, self.fd, Side::Read, cb, Args::Zero)?;
-        Ok(())
+        self.loop_.add_stream_reader(py, self.fd, cb)
     }
 
     /// `transport._fatal_error(exc, message)` on the Python side: reports (or logs an
@@ -296,6 +297,9 @@ impl StreamCore {
         let n = data.as_bytes().len();
         if n == 0 {
             return this.on_eof(slf, protocol);
+        }
+        if n >= MAX_READ {
+            this.loop_.read_again(py, this.fd);
         }
         this.state.with(py, |s| s.big_reads = n >= BIG_READ);
         this.data_received(py, &protocol, data)

@@ -1,5 +1,6 @@
 //! The reading half of `StreamCore`: readiness then `recv` (both drivers; see
-//! docs/decisions/0004-one-io-model.md), handing each chunk to a `Protocol`
+//! docs/decisions/0004-one-io-model.md), the reader armed once (a receive that filled
+//! its buffer asks to run again, see `core/watchers.rs`), handing each chunk to a `Protocol`
 //! (`data_received`) or a `BufferedProtocol` (`get_buffer` / `buffer_updated`), end of
 //! stream (`eof_received`).
 //! Owns: reading and delivering what was read, and the slot through
@@ -171,8 +172,8 @@ impl StreamCore {
         let Some(buf) = self.get_buffer(py, &protocol)? else {
             return Ok(());
         };
-        let n = match recv_into_buffer(self.fd, buf.bind(py)) {
-            Ok(Ok(n)) => n,
+        let (n, full) = match recv_into_buffer(self.fd, buf.bind(py)) {
+            Ok(Ok(got)) => got,
             Ok(Err(e)) if would_block(&e) => return Ok(()),
             Ok(Err(e)) => {
                 return self.fatal(py, os_error(&e), "Fatal read error on socket transport")
@@ -182,6 +183,9 @@ impl StreamCore {
         drop(buf);
         if n == 0 {
             return self.on_eof(slf, protocol);
+        }
+        if full {
+            self.loop_.read_again(py, self.fd);
         }
         self.buffer_updated(py, &protocol, n).map(drop)
     }
