@@ -381,7 +381,15 @@ def main(argv=None) -> int:
     if a.plot:
         plot(a, table, loops, a.plot)
         print(f"(plot: {a.plot})", file=log)
-    failed = any("error" in r for runs in samples.values() for r in runs)
+    # A peer's failed cell is reported in its table ("(1 failed)") and does not fail the
+    # run: a loaded CI machine has made uvloop's server miss the warm-up at 1,000
+    # connections. rsloop's must not fail.
+    failed = any(
+        "error" in r
+        for (_kind, _conns, lp), runs in samples.items()
+        if lp.startswith("rsloop")
+        for r in runs
+    )
     return 1 if failed else 0
 
 

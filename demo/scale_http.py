@@ -420,7 +420,11 @@ def main(argv=None) -> int:
     if a.plot:
         plot(a, table, servers, a.plot)
         print(f"(plot: {a.plot})", file=sys.stderr)
-    failed = any("error" in r for runs in raw.values() for r in runs)
+    # A peer's failed cell is reported in its table and does not fail the run (a loaded
+    # machine can make any server miss); rsloop's must not fail.
+    failed = any(
+        "error" in r for (_app, _conns, s), runs in raw.items() if s not in PEERS for r in runs
+    )
     return 1 if failed else 0
 
 
