@@ -106,6 +106,12 @@ impl<H> Freelist<H> {
         self.0.pop()
     }
 
+    /// The handle [`Freelist::pop`] returns after `k` more pops, if there are that many.
+    #[inline]
+    pub fn ahead(&self, k: usize) -> Option<&H> {
+        self.0.len().checked_sub(k + 1).and_then(|i| self.0.get(i))
+    }
+
     /// Puts back a finished, emptied handle.
     #[inline]
     pub fn push(&mut self, handle: H) {
