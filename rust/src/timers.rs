@@ -11,9 +11,6 @@
 /// bulk path, and looks again each time the count doubles.
 pub const BULK_AFTER: usize = 1024;
 
-/// How many entries ahead of the one handed over a bulk of due entries is prefetched.
-const BULK_PREFETCH_AHEAD: usize = 8;
-
 /// asyncio's `_MIN_SCHEDULED_TIMER_HANDLES`: below this many timers, never compact.
 pub const MIN_SCHEDULED_FOR_COMPACTION: usize = 100;
 /// asyncio's `_MIN_CANCELLED_TIMER_HANDLES_FRACTION`: compact above this cancelled share.
@@ -83,15 +80,7 @@ impl<T> TimerHeap<T> {
     /// is heapified. Deadlines still come out in order; only equal deadlines in such a bulk
     /// leave in the sort's order rather than heapq's (asyncio leaves their order
     /// undefined).
-    ///
-    /// `prefetch` is told of an entry of a bulk a few turns before `fire` gets it (a
-    /// pointer's target can be loaded meanwhile); it must not change anything.
-    pub fn pop_due(
-        &mut self,
-        end_time: f64,
-        mut fire: impl FnMut(T),
-        prefetch: impl Fn(&T),
-    ) -> usize {
+    pub fn pop_due(&mut self, end_time: f64, mut fire: impl FnMut(T)) -> usize {
         let mut popped = 0;
         let mut next_check = BULK_AFTER;
         loop {
@@ -106,7 +95,7 @@ impl<T> TimerHeap<T> {
                 if popped.saturating_mul(32) >= len
                     && self.count_due(end_time).saturating_mul(8) >= len
                 {
-                    return popped + self.take_due_in_bulk(end_time, fire, prefetch);
+                    return popped + self.take_due_in_bulk(end_time, fire);
                 }
             }
             let Some((_, item)) = self.pop() else {
@@ -127,12 +116,7 @@ impl<T> TimerHeap<T> {
 
     // The bulk half of `pop_due`: partition in place (due entries first), sort those,
     // hand them over, heapify what is left.
-    fn take_due_in_bulk(
-        &mut self,
-        end_time: f64,
-        mut fire: impl FnMut(T),
-        prefetch: impl Fn(&T),
-    ) -> usize {
+    fn take_due_in_bulk(&mut self, end_time: f64, mut fire: impl FnMut(T)) -> usize {
         let mut due = 0;
         for j in 0..self.heap.len() {
             #[allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -143,16 +127,9 @@ impl<T> TimerHeap<T> {
         }
         // NaN deadlines (call_at(nan)) sort last here; heapq places them arbitrarily.
         self.heap[..due].sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        let mut taken = self.heap.drain(..due);
-        while let Some((_, item)) = taken.next() {
-            // The items sit at random places in memory: start loading one a few turns
-            // before `fire` touches it.
-            if let Some((_, next)) = taken.as_slice().get(BULK_PREFETCH_AHEAD) {
-                prefetch(next);
-            }
+        for (_, item) in self.heap.drain(..due) {
             fire(item);
         }
-        drop(taken);
         let n = self.heap.len();
         for i in (0..n / 2).rev() {
             self.sift_up(i);
@@ -300,7 +277,7 @@ mod tests {
 
     fn pop_due_all(h: &mut TimerHeap<u32>, end_time: f64) -> Vec<u32> {
         let mut out = Vec::new();
-        let n = h.pop_due(end_time, |t| out.push(t), |_| {});
+        let n = h.pop_due(end_time, |t| out.push(t));
         assert_eq!(n, out.len());
         out
     }

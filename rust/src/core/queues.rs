@@ -19,8 +19,7 @@ use pyo3::prelude::*;
 use super::streams::Streams;
 use super::watchers::Watchers;
 use crate::ffi::python::as_base;
-use crate::handles::{Handle, TimerHandle, HANDLE_BYTES};
-use crate::sys::prefetch::prefetch_span;
+use crate::handles::{Handle, TimerHandle};
 use crate::timers::{should_compact, TimerHeap};
 
 /// asyncio's `MAXIMUM_SELECT_TIMEOUT`: never wait longer than a day at once.
@@ -56,8 +55,6 @@ pub trait Timer {
     fn discard(&self, cx: Self::Cx<'_>);
     /// The timer is due: it leaves the heap for the ready queue.
     fn into_ready(self, cx: Self::Cx<'_>) -> Self::Ready;
-    /// [`Timer::into_ready`] is about to be called on this timer: a hint, no effect.
-    fn prefetch(&self) {}
 }
 
 impl Timer for Py<TimerHandle> {
@@ -80,11 +77,6 @@ impl Timer for Py<TimerHandle> {
         // Still the loop's alone: it stays untracked by the collector in the ready queue.
         TimerHandle::unschedule(&self, py);
         self.into_bound(py).into_super().unbind()
-    }
-
-    #[inline]
-    fn prefetch(&self) {
-        prefetch_span(self.as_ptr(), 0, HANDLE_BYTES);
     }
 }
 
@@ -267,7 +259,7 @@ impl<T: Timer> Queues<T::Ready, T> {
     /// due, as `when >= end_time` is false for it in asyncio. Returns how many moved.
     pub fn fire_timers(&mut self, cx: T::Cx<'_>, end_time: f64) -> u64 {
         let Queues { timers, ready, .. } = self;
-        timers.pop_due(end_time, |t| ready.push_back(t.into_ready(cx)), T::prefetch) as u64
+        timers.pop_due(end_time, |t| ready.push_back(t.into_ready(cx))) as u64
     }
 }
 
