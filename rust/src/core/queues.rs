@@ -588,6 +588,23 @@ mod tests {
     }
 
     #[test]
+    fn ahead_names_the_handle_a_later_pop_returns() {
+        let mut q = Q::default();
+        for i in 0..5 {
+            q.free.push(i);
+        }
+        assert_eq!(q.free.ahead(0), Some(&4));
+        assert_eq!(q.free.ahead(2), Some(&2));
+        assert_eq!(q.free.ahead(4), Some(&0));
+        assert_eq!(q.free.ahead(5), None);
+        let want = q.free.ahead(2).copied();
+        q.free.pop();
+        q.free.pop();
+        assert_eq!(q.free.pop(), want);
+        assert_eq!(Freelist::<u32>::default().ahead(0), None);
+    }
+
+    #[test]
     fn a_spike_is_released_a_second_later_down_to_twice_the_peak_batch() {
         let t0 = Instant::now();
         let at = |ms: u64| move || t0 + Duration::from_millis(ms);

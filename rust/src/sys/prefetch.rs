@@ -52,3 +52,23 @@ pub fn prefetch_span<T>(addr: *const T, before: usize, after: usize) {
     }
     prefetch_read(start.wrapping_add(len.saturating_sub(1)));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefetch_never_reads_what_it_names() {
+        // Null, unmapped, the top of the address space (the span wraps), a freed block: a
+        // hint, never a load, so none of these faults.
+        prefetch_span(std::ptr::null::<u8>(), 16, 80);
+        prefetch_span(usize::MAX as *const u8, 0, 80);
+        prefetch_span(64 as *const u64, 4096, 4096);
+        let gone = {
+            let block = Box::new([0u8; 96]);
+            block.as_ptr()
+        };
+        prefetch_read(gone);
+        prefetch_span(gone, 16, 80);
+    }
+}
