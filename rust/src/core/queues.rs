@@ -98,6 +98,12 @@ impl<H> Freelist<H> {
         self.0.pop()
     }
 
+    /// The handle [`Freelist::pop`] returns after `k` more pops, if there are that many.
+    #[inline]
+    pub fn ahead(&self, k: usize) -> Option<&H> {
+        self.0.len().checked_sub(k + 1).and_then(|i| self.0.get(i))
+    }
+
     /// Puts back a finished, emptied handle.
     #[inline]
     pub fn push(&mut self, handle: H) {
@@ -579,6 +585,23 @@ mod tests {
         assert!(gone.is_empty(), "below the cap: nothing released");
         assert_eq!(q.free.drain().count(), FREE_HANDLES_IDLE - 1);
         assert!(q.free.is_empty());
+    }
+
+    #[test]
+    fn ahead_names_the_handle_a_later_pop_returns() {
+        let mut q = Q::default();
+        for i in 0..5 {
+            q.free.push(i);
+        }
+        assert_eq!(q.free.ahead(0), Some(&4));
+        assert_eq!(q.free.ahead(2), Some(&2));
+        assert_eq!(q.free.ahead(4), Some(&0));
+        assert_eq!(q.free.ahead(5), None);
+        let want = q.free.ahead(2).copied();
+        q.free.pop();
+        q.free.pop();
+        assert_eq!(q.free.pop(), want);
+        assert_eq!(Freelist::<u32>::default().ahead(0), None);
     }
 
     #[test]

@@ -16,6 +16,13 @@ mod timer;
 
 pub use timer::TimerHandle;
 
+/// The bytes of a queued handle object past its pointer: a `TimerHandle`'s basic size,
+/// the larger (`tests/test_lifetimes.py` holds both to it), what a prefetch of a handle
+/// covers.
+pub const HANDLE_BYTES: usize = 80;
+/// The collector's header in front of a handle's pointer (`PyGC_Head`, two words).
+pub const GC_HEADER_BYTES: usize = 2 * std::mem::size_of::<usize>();
+
 use crate::ffi::gil::FlagCell;
 use crate::ffi::python::{
     as_base, gc_track, gc_untrack, is_context, new_context, refcnt, run_in_context,

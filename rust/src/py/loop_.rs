@@ -22,7 +22,12 @@ use crate::core::LoopCore;
 use crate::driver::Requested;
 use crate::ffi::gil::GilCell;
 use crate::ffi::python::{call_kw, thread_ident};
-use crate::handles::{lock, Args, Handle, TimerHandle};
+use crate::handles::{lock, Args, Handle, TimerHandle, GC_HEADER_BYTES, HANDLE_BYTES};
+use crate::sys::prefetch::prefetch_span;
+
+/// How many scheduling calls ahead `call_later` prefetches a spare timer (the one it
+/// takes now is `ahead(0)`).
+const FREELIST_PREFETCH_AHEAD: usize = 2;
 
 /// The native event loop. Python code uses it through `rsloop.Loop`.
 #[pyclass(subclass, frozen, module = "rsloop._rsloop", name = "Loop")]
@@ -644,7 +649,15 @@ impl Loop {
             self.debug_checks(py, &callback, method)?;
         }
         let (context, tb) = self.core.handle_parts(py, context, debug)?;
-        let timer = match self.core.queues.with(py, |q| q.free_timers.pop()) {
+        let spare = self.core.queues.with(py, |q| {
+            // The freelist hands out handles in the order a burst ran them, at random
+            // places in memory: start loading the one a later call takes.
+            if let Some(next) = q.free_timers.ahead(FREELIST_PREFETCH_AHEAD) {
+                prefetch_span(next.as_ptr(), GC_HEADER_BYTES, HANDLE_BYTES);
+            }
+            q.free_timers.pop()
+        });
+        let timer = match spare {
             Some(t) => {
                 let bound = t.bind(py);
                 bound

@@ -68,3 +68,4 @@ pub fn close_raw(_fd: RawFd) {}
 
 pub mod clock;
 pub mod malloc;
+pub mod prefetch;
