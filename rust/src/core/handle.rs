@@ -155,6 +155,7 @@ impl LoopCore {
 
     /// A handle's context (a copy of the current one unless given) and, in debug mode, its
     /// creation stack.
+    #[inline(always)]
     pub fn handle_parts(
         &self,
         py: Python<'_>,
@@ -188,6 +189,7 @@ impl LoopCore {
 
     /// A new handle (for the ready queue or an fd watcher): a recycled one from the
     /// freelist when there is one.
+    #[inline]
     pub fn make_handle(
         &self,
         py: Python<'_>,

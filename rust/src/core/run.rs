@@ -65,6 +65,7 @@ impl LoopCore {
 
     /// A handle with these contents: a recycled one from the freelist when there is one
     /// (every handle the loop runs goes back there, so every maker must take from it).
+    #[inline(always)]
     pub fn handle(
         &self,
         py: Python<'_>,

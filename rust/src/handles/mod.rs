@@ -325,6 +325,7 @@ pub enum RunOutcome {
 
 impl Handle {
     /// A new, uncancelled handle.
+    #[inline(always)]
     pub fn new(
         callback: Py<PyAny>,
         args: Args,
