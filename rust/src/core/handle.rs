@@ -189,7 +189,7 @@ impl LoopCore {
 
     /// A new handle (for the ready queue or an fd watcher): a recycled one from the
     /// freelist when there is one.
-    #[inline]
+    #[inline(always)]
     pub fn make_handle(
         &self,
         py: Python<'_>,
