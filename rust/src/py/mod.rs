@@ -27,6 +27,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     crate::core::handle::set_core_of(loop_::Loop::core_of);
     crate::ffi::python::probe_current_context(m.py());
+    crate::ffi::python::probe_thread_ident();
     // Whether call_soon sees an empty context without copying it (tests pin where).
     m.add(
         "CONTEXT_PEEK",
