@@ -470,11 +470,18 @@ impl Handle {
         // asks a thread-local whether the GIL is held).
         let cloned = self.state.with_flags(py, |st, bits| {
             match (&st.callback, st.bound_args(py, Flags(*bits).shape())) {
-                (Some(cb), Some(args)) => Some((
-                    cb.bind(py).clone(),
-                    args,
-                    st.context.as_ref().map(|c| c.bind(py).clone()),
-                )),
+                (Some(cb), Some(args)) => {
+                    // A handle from an empty context takes the spare one in place (a move:
+                    // no Python code runs); without a spare, one is made below, outside.
+                    if st.context.is_none() {
+                        st.context = spare.take();
+                    }
+                    Some((
+                        cb.bind(py).clone(),
+                        args,
+                        st.context.as_ref().map(|c| c.bind(py).clone()),
+                    ))
+                }
                 _ => None,
             }
         });
@@ -483,9 +490,10 @@ impl Handle {
         };
         let context = match context {
             Some(c) => c,
-            // Kept: asyncio's handle keeps the context its callback changed, and 3.12+
-            // runs a custom exception handler in it (`get_context()` after the run).
-            None => match spare.take().map_or_else(|| new_context(py), Ok) {
+            // No spare: a new one, kept (asyncio's handle keeps the context its callback
+            // changed, and 3.12+ runs a custom exception handler in it: `get_context()`
+            // after the run).
+            None => match new_context(py) {
                 Ok(c) => {
                     let c = c.into_bound(py);
                     // `new_context` can run the collector, and a finalizer could have
