@@ -80,7 +80,7 @@ impl LoopCore {
                 h.get().refill(py, callback, args, context, tb, debug);
                 Ok(h)
             }
-            None => Py::new(py, Handle::new(callback, args, context, tb, debug)),
+            None => Handle::into_object(py, Handle::new(callback, args, context, tb, debug)),
         }
     }
 

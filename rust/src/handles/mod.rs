@@ -4,7 +4,7 @@
 //! Not: queues and ordering (`core/`), formatting and error reporting (Python, `rsloop/_format.py`).
 
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -16,6 +16,7 @@ mod timer;
 
 pub use timer::TimerHandle;
 
+use crate::ffi::alloc::FastNew;
 use crate::ffi::gil::FlagCell;
 use crate::ffi::python::{
     as_base, gc_track, gc_untrack, is_context, new_context, refcnt, run_in_context,
@@ -315,6 +316,10 @@ pub struct Handle {
     state: FlagCell<HandleState>,
 }
 
+/// How new handles are made, once [`Handle::probe_fast_new`] has looked: `Some` when the
+/// class's layout allows making them by hand.
+static FAST_NEW: OnceLock<Option<FastNew<Handle>>> = OnceLock::new();
+
 /// How a handle is run and what it tells the caller.
 pub enum RunOutcome {
     /// Ran (or was cancelled meanwhile and skipped).
@@ -345,6 +350,27 @@ impl Handle {
                 },
                 flags.0,
             ),
+        }
+    }
+
+    /// Learns, once, whether a handle can be made without PyO3's generic initializer
+    /// ([`FastNew`]), from one PyO3 makes here; returns whether it can.
+    pub fn probe_fast_new(py: Python<'_>) -> PyResult<bool> {
+        if let Some(fast) = FAST_NEW.get() {
+            return Ok(fast.is_some());
+        }
+        let sample = Py::new(py, Handle::new(py.None(), Args::Zero, None, None, false))?;
+        let fast = FastNew::probe(sample.bind(py));
+        drop(sample.into_bound(py));
+        Ok(FAST_NEW.get_or_init(|| fast).is_some())
+    }
+
+    /// `handle` as a new Python object (a fresh one: the freelist had none).
+    #[inline]
+    pub fn into_object(py: Python<'_>, handle: Handle) -> PyResult<Py<Handle>> {
+        match FAST_NEW.get() {
+            Some(Some(fast)) => fast.make(py, handle),
+            _ => Py::new(py, handle),
         }
     }
 

@@ -40,6 +40,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scheduling::install_all(m.py())?;
     m.add_class::<crate::handles::Handle>()?;
     m.add_class::<crate::handles::TimerHandle>()?;
+    // Whether new handles skip PyO3's generic initializer (tests pin where).
+    m.add(
+        "FAST_HANDLE_NEW",
+        crate::handles::Handle::probe_fast_new(m.py())?,
+    )?;
     #[cfg(unix)]
     m.add_class::<crate::transports::stream::StreamCore>()?;
     #[cfg(unix)]
