@@ -652,17 +652,19 @@ def test_fresh_handles_are_made_by_hand_and_hold_what_pyo3s_would(loop):
     # that way must be a full handle: its callback and arguments held, shown to the
     # collector, weakly referenceable, and everything released when it goes.
     from conftest import is_rsloop_native
+
     from rsloop import _rsloop
 
     assert _rsloop.FAST_HANDLE_NEW is True
     if not is_rsloop_native(loop):
         pytest.skip("rsloop's native handles only")
 
+    ran = []
+
     class Callback:
         def __call__(self, arg):
             ran.append(arg)
 
-    ran = []
     cb, arg = Callback(), Callback()
     handles = [loop.call_soon(cb, arg) for _ in range(3)]
     h = handles[0]
@@ -674,7 +676,8 @@ def test_fresh_handles_are_made_by_hand_and_hold_what_pyo3s_would(loop):
     assert ran == [arg, arg]
     assert cb in gc.get_referents(h) and gc.is_tracked(h)
     refs = weakref.ref(cb), weakref.ref(arg), weakref.ref(h)
-    del cb, arg, h, handles, ran
+    ran.clear()
+    del cb, arg, h, handles
     gc.collect()
     assert [r() for r in refs] == [None, None, None]
 
