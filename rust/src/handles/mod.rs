@@ -366,7 +366,7 @@ impl Handle {
     }
 
     /// `handle` as a new Python object (a fresh one: the freelist had none).
-    #[inline]
+    #[inline(always)]
     pub fn into_object(py: Python<'_>, handle: Handle) -> PyResult<Py<Handle>> {
         match FAST_NEW.get() {
             Some(Some(fast)) => fast.make(py, handle),
