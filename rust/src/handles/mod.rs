@@ -365,12 +365,17 @@ impl Handle {
         Ok(FAST_NEW.get_or_init(|| fast).is_some())
     }
 
-    /// `handle` as a new Python object (a fresh one: the freelist had none).
+    /// `handle` as a new Python object (a fresh one: the freelist had none), not tracked
+    /// by the collector, ready for a queue as a recycled one is.
     #[inline(always)]
     pub fn into_object(py: Python<'_>, handle: Handle) -> PyResult<Py<Handle>> {
         match FAST_NEW.get() {
             Some(Some(fast)) => fast.make(py, handle),
-            _ => Py::new(py, handle),
+            _ => {
+                let made = Py::new(py, handle)?;
+                Handle::enter_queue(made.bind(py));
+                Ok(made)
+            }
         }
     }
 
