@@ -682,6 +682,29 @@ def test_fresh_handles_are_made_by_hand_and_hold_what_pyo3s_would(loop):
     assert [r() for r in refs] == [None, None, None]
 
 
+def test_the_running_loops_thread_id_is_threading_get_ident_on_every_thread(loop):
+    # The loop's thread id (which call_soon compares with the caller's on every call, read
+    # from pthread_self() where an import-time check saw it equal the interpreter's) is
+    # asyncio's `_thread_id`: threading.get_ident() of the thread running the loop,
+    # whichever thread that is, and None when no thread runs it.
+    from conftest import is_rsloop_native
+
+    if not is_rsloop_native(loop):
+        pytest.skip("rsloop's native loop only")
+    seen = []
+
+    def run_on_this_thread():
+        loop.call_soon(lambda: seen.append((loop._thread_id, threading.get_ident())))
+        run_once(loop)
+
+    run_on_this_thread()
+    worker = threading.Thread(target=run_on_this_thread)
+    worker.start()
+    worker.join()
+    assert seen == [(threading.get_ident(),) * 2, (worker.ident,) * 2]
+    assert loop._thread_id is None
+
+
 def test_call_soon_threadsafe_takes_the_posting_threads_context(loop):
     # The snapshot is the posting thread's context, not the loop thread's: a variable set
     # only in the poster is seen, one set only on the loop's thread is not.
