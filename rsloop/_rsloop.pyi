@@ -11,6 +11,7 @@ __all__ = [
     "BUILD_URING",
     "BUILD_PORTABLE",
     "CONTEXT_PEEK",
+    "FAST_HANDLE_NEW",
     "Loop",
     "ClockState",
     "Handle",
@@ -26,6 +27,7 @@ __version__: str
 BUILD_URING: bool
 BUILD_PORTABLE: bool
 CONTEXT_PEEK: bool
+FAST_HANDLE_NEW: bool
 
 @disjoint_base
 class Handle:

@@ -643,6 +643,68 @@ def test_the_current_context_is_read_in_place_where_its_layout_is_known():
     assert _rsloop.CONTEXT_PEEK is True
 
 
+@pytest.mark.skipif(
+    sys.implementation.name != "cpython", reason="the layout is checked against CPython's"
+)
+def test_fresh_handles_are_made_by_hand_and_hold_what_pyo3s_would(loop):
+    # On CPython a new handle skips PyO3's generic initializer (object.__new__ with an
+    # empty tuple): its layout was checked at import against a handle PyO3 made. One made
+    # that way must be a full handle: its callback and arguments held, shown to the
+    # collector, weakly referenceable, and everything released when it goes.
+    from conftest import is_rsloop_native
+
+    from rsloop import _rsloop
+
+    assert _rsloop.FAST_HANDLE_NEW is True
+    if not is_rsloop_native(loop):
+        pytest.skip("rsloop's native handles only")
+
+    ran = []
+
+    class Callback:
+        def __call__(self, arg):
+            ran.append(arg)
+
+    cb, arg = Callback(), Callback()
+    handles = [loop.call_soon(cb, arg) for _ in range(3)]
+    h = handles[0]
+    assert type(h) is _rsloop.Handle
+    assert h._callback is cb and h._args == (arg,) and not h.cancelled()
+    assert weakref.ref(h)() is h
+    handles[1].cancel()
+    run_once(loop)
+    assert ran == [arg, arg]
+    assert cb in gc.get_referents(h) and gc.is_tracked(h)
+    refs = weakref.ref(cb), weakref.ref(arg), weakref.ref(h)
+    ran.clear()
+    del cb, arg, h, handles
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+
+
+def test_the_running_loops_thread_id_is_threading_get_ident_on_every_thread(loop):
+    # The loop's thread id (which call_soon compares with the caller's on every call, read
+    # from pthread_self() where an import-time check saw it equal the interpreter's) is
+    # asyncio's `_thread_id`: threading.get_ident() of the thread running the loop,
+    # whichever thread that is, and None when no thread runs it.
+    from conftest import is_rsloop_native
+
+    if not is_rsloop_native(loop):
+        pytest.skip("rsloop's native loop only")
+    seen = []
+
+    def run_on_this_thread():
+        loop.call_soon(lambda: seen.append((loop._thread_id, threading.get_ident())))
+        run_once(loop)
+
+    run_on_this_thread()
+    worker = threading.Thread(target=run_on_this_thread)
+    worker.start()
+    worker.join()
+    assert seen == [(threading.get_ident(),) * 2, (worker.ident,) * 2]
+    assert loop._thread_id is None
+
+
 def test_call_soon_threadsafe_takes_the_posting_threads_context(loop):
     # The snapshot is the posting thread's context, not the loop thread's: a variable set
     # only in the poster is seen, one set only on the loop's thread is not.

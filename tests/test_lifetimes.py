@@ -56,21 +56,30 @@ def test_cycle_through_a_kept_cancelled_handle_and_its_context_is_collected(loop
     assert ref() is None
 
 
-@pytest.mark.parametrize("delay", [None, 3600.0])
+@pytest.mark.parametrize("delay", [None, 3600.0, "reader"])
 def test_unclosed_loop_is_collected_with_a_resource_warning(loop_kind, delay):
+    import socket
+
     from conftest import make_loop
 
     lp = make_loop(loop_kind)
-    # A pending callback that refers back to the loop.
-    if delay is None:
-        lp.call_soon(lp.stop)
-    else:
-        lp.call_later(delay, lp.stop)
-    ref = weakref.ref(lp)
-    with pytest.warns(ResourceWarning, match="unclosed event loop"):
-        del lp
-        gc.collect()
-    assert ref() is None
+    a, b = socket.socketpair()
+    try:
+        # A pending callback, or an fd watcher's, that refers back to the loop.
+        if delay is None:
+            lp.call_soon(lp.stop)
+        elif delay == "reader":
+            lp.add_reader(a.fileno(), lp.stop)
+        else:
+            lp.call_later(delay, lp.stop)
+        ref = weakref.ref(lp)
+        with pytest.warns(ResourceWarning, match="unclosed event loop"):
+            del lp
+            gc.collect()
+        assert ref() is None
+    finally:
+        a.close()
+        b.close()
 
 
 @pytest.mark.debug_mode(True)

@@ -18,7 +18,7 @@ use super::streams::{FlushHook, SentHook};
 use super::watchers::{Removed, Side};
 use super::LoopCore;
 use crate::errors::os_error;
-use crate::ffi::python::{context_is_empty, copy_context, current_context_is_empty};
+use crate::ffi::python::{context_is_empty, copy_context, current_context_is_empty, gc_track};
 use crate::handles::{Args, Handle};
 
 /// A loop object's core, or `None` for an object that is not a native loop.
@@ -173,6 +173,7 @@ impl LoopCore {
 
     /// A handle's context (a copy of the current one unless given) and, in debug mode, its
     /// creation stack.
+    #[inline(always)]
     pub fn handle_parts(
         &self,
         py: Python<'_>,
@@ -206,6 +207,7 @@ impl LoopCore {
 
     /// A new handle (for the ready queue or an fd watcher): a recycled one from the
     /// freelist when there is one.
+    #[inline(always)]
     pub fn make_handle(
         &self,
         py: Python<'_>,
@@ -284,6 +286,10 @@ impl LoopCore {
         self.check_closed()?;
         let debug = self.debug();
         let handle = self.make_handle(py, callback, args, None, debug)?;
+        // A queue's handle is left out of the collector's walks while it waits its turn;
+        // a watcher's lives as long as its watcher, and a cycle through its callback (a
+        // reader's bound method on an object that holds the loop) must stay collectable.
+        gc_track(handle.bind(py).as_any());
         let ret = handle.clone_ref(py);
         let replaced = self
             .queues

@@ -27,6 +27,7 @@ use pyo3::PyTraverseError;
 
 use crate::driver::{Driver, Requested, Waker};
 use crate::ffi::gil::GilCell;
+use crate::ffi::python::gc_is_tracked;
 use crate::handles::{lock, Handle, TimerHandle};
 pub use queues::{Queues, FREE_HANDLES_BUSY, FREE_HANDLES_IDLE, MAX_WAIT_SECS};
 use stats::Stats;
@@ -136,16 +137,18 @@ impl LoopCore {
         self.debug.load(Ordering::Relaxed)
     }
 
-    /// Appends a ready handle (`call_soon`).
+    /// Appends a ready handle (`call_soon`), one [`LoopCore::handle`] made: the collector
+    /// does not track it, as a queued handle must not be (`Handle::enter_queue`).
     #[inline]
     pub fn push_ready(&self, py: Python<'_>, handle: Py<Handle>) {
-        Handle::enter_queue(handle.bind(py));
+        debug_assert!(!gc_is_tracked(handle.bind(py).as_any()));
         self.queues.with(py, |q| q.ready.push_back(handle));
     }
 
-    /// Appends a ready handle from any thread and wakes the driver if it sleeps.
+    /// Appends a ready handle (from [`LoopCore::handle`], as for `push_ready`) from any
+    /// thread and wakes the driver if it sleeps.
     pub fn push_ready_threadsafe(&self, py: Python<'_>, handle: Py<Handle>) {
-        Handle::enter_queue(handle.bind(py));
+        debug_assert!(!gc_is_tracked(handle.bind(py).as_any()));
         self.queues.with(py, |q| q.ready.push_back(handle));
         // Every poster holds the GIL, so a plain add cannot lose a count.
         self.stats.threadsafe_calls.add(1);
@@ -169,7 +172,7 @@ impl LoopCore {
 
     /// Shows the collector every Python object the loop's queues hold: a queued handle
     /// the collector does not track is shown by what it holds (`Handle::traverse_queued`);
-    /// the freelists hold emptied, untracked handles, which hold nothing.
+    /// the freelists hold emptied handles, which hold nothing.
     pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         let Some(q) = self.queues.peek_for_gc(visit) else {
             return Ok(());

@@ -69,6 +69,10 @@ impl LoopCore {
 
     /// A handle with these contents: a recycled one from the freelist when there is one
     /// (every handle the loop runs goes back there, so every maker must take from it).
+    /// The collector does not track it, ready for a queue (`Handle::enter_queue`): a new
+    /// one is made so, a recycled one is untracked here (a watcher's handle, tracked
+    /// while its watcher held it, can reach the freelist after its last run).
+    #[inline(always)]
     pub fn handle(
         &self,
         py: Python<'_>,
@@ -80,10 +84,11 @@ impl LoopCore {
     ) -> PyResult<Py<Handle>> {
         match self.queues.with(py, |q| q.free.pop()) {
             Some(h) => {
+                Handle::enter_queue(h.bind(py));
                 h.get().refill(py, callback, args, context, tb, debug);
                 Ok(h)
             }
-            None => Py::new(py, Handle::new(callback, args, context, tb, debug)),
+            None => Handle::into_object(py, Handle::new(callback, args, context, tb, debug)),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Small `unsafe` islands over the CPython C-API: what PyO3 has no safe wrapper for, or
 //! wraps at a cost the hot path cannot pay (contexts and vectorcall, `METH_FASTCALL`
-//! methods, a native `tp_iternext`, buffer exports, the GIL-guarded cell).
+//! methods, a native `tp_iternext`, buffer exports, the GIL-guarded cell, a handle's
+//! allocation).
 //! Owns: those calls and the invariants that make them sound. Not: deciding what to do
 //! with a result (callers), raw OS calls (`sys/`, which this module may call; `sys/` never
 //! imports this one).
@@ -15,6 +16,7 @@
 //! A panic never crosses into the interpreter: the raw entry points catch it and raise
 //! `PanicException`, as PyO3 does.
 
+pub mod alloc;
 #[cfg(unix)]
 pub mod buffer;
 pub mod fastcall;

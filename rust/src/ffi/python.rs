@@ -153,8 +153,34 @@ pub fn run_in_context<'py, T>(
     result
 }
 
+/// Whether `pthread_self()` is the interpreter's thread ident here (CPython's POSIX
+/// `PyThread_get_thread_ident` returns it as is); set once by [`probe_thread_ident`].
+#[cfg(unix)]
+static PTHREAD_IS_IDENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Checks, once per process, that `pthread_self()` gives what
+/// `PyThread_get_thread_ident()` gives on this thread; [`thread_ident`] then reads it
+/// directly (every `call_soon` asks which thread it is on). Until (or unless) it does,
+/// the interpreter is asked.
+pub fn probe_thread_ident() {
+    #[cfg(unix)]
+    {
+        // SAFETY: neither call has preconditions; both read the calling thread's id.
+        let same =
+            unsafe { libc::pthread_self() as u64 == ffi::PyThread_get_thread_ident() as u64 };
+        PTHREAD_IS_IDENT.store(same, Ordering::Relaxed);
+    }
+}
+
 /// `threading.get_ident()` of the calling thread.
+#[inline]
 pub fn thread_ident() -> u64 {
+    #[cfg(unix)]
+    if PTHREAD_IS_IDENT.load(Ordering::Relaxed) {
+        // SAFETY: pthread_self has no preconditions; `probe_thread_ident` saw it agree
+        // with the interpreter's ident, which is defined as it on POSIX.
+        return unsafe { libc::pthread_self() } as u64;
+    }
     // SAFETY: PyThread_get_thread_ident has no preconditions; it reads the OS thread id.
     unsafe { ffi::PyThread_get_thread_ident() as u64 }
 }

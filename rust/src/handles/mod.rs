@@ -4,7 +4,7 @@
 //! Not: queues and ordering (`core/`), formatting and error reporting (Python, `rsloop/_format.py`).
 
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -23,6 +23,7 @@ pub const HANDLE_BYTES: usize = 80;
 /// The collector's header in front of a handle's pointer (`PyGC_Head`, two words).
 pub const GC_HEADER_BYTES: usize = 2 * std::mem::size_of::<usize>();
 
+use crate::ffi::alloc::FastNew;
 use crate::ffi::gil::FlagCell;
 use crate::ffi::python::{
     as_base, gc_track, gc_untrack, is_context, new_context, refcnt, run_in_context,
@@ -322,6 +323,10 @@ pub struct Handle {
     state: FlagCell<HandleState>,
 }
 
+/// How new handles are made, once [`Handle::probe_fast_new`] has looked: `Some` when the
+/// class's layout allows making them by hand.
+static FAST_NEW: OnceLock<Option<FastNew<Handle>>> = OnceLock::new();
+
 /// How a handle is run and what it tells the caller.
 pub enum RunOutcome {
     /// Ran (or was cancelled meanwhile and skipped).
@@ -332,6 +337,7 @@ pub enum RunOutcome {
 
 impl Handle {
     /// A new, uncancelled handle.
+    #[inline(always)]
     pub fn new(
         callback: Py<PyAny>,
         args: Args,
@@ -351,6 +357,32 @@ impl Handle {
                 },
                 flags.0,
             ),
+        }
+    }
+
+    /// Learns, once, whether a handle can be made without PyO3's generic initializer
+    /// ([`FastNew`]), from one PyO3 makes here; returns whether it can.
+    pub fn probe_fast_new(py: Python<'_>) -> PyResult<bool> {
+        if let Some(fast) = FAST_NEW.get() {
+            return Ok(fast.is_some());
+        }
+        let sample = Py::new(py, Handle::new(py.None(), Args::Zero, None, None, false))?;
+        let fast = FastNew::probe(sample.bind(py));
+        drop(sample.into_bound(py));
+        Ok(FAST_NEW.get_or_init(|| fast).is_some())
+    }
+
+    /// `handle` as a new Python object (a fresh one: the freelist had none), not tracked
+    /// by the collector, ready for a queue as a recycled one is.
+    #[inline(always)]
+    pub fn into_object(py: Python<'_>, handle: Handle) -> PyResult<Py<Handle>> {
+        match FAST_NEW.get() {
+            Some(Some(fast)) => fast.make(py, handle),
+            _ => {
+                let made = Py::new(py, handle)?;
+                Handle::enter_queue(made.bind(py));
+                Ok(made)
+            }
         }
     }
 
@@ -476,11 +508,18 @@ impl Handle {
         // asks a thread-local whether the GIL is held).
         let cloned = self.state.with_flags(py, |st, bits| {
             match (&st.callback, st.bound_args(py, Flags(*bits).shape())) {
-                (Some(cb), Some(args)) => Some((
-                    cb.bind(py).clone(),
-                    args,
-                    st.context.as_ref().map(|c| c.bind(py).clone()),
-                )),
+                (Some(cb), Some(args)) => {
+                    // A handle from an empty context takes the spare one in place (a move:
+                    // no Python code runs); without a spare, one is made below, outside.
+                    if st.context.is_none() {
+                        st.context = spare.take();
+                    }
+                    Some((
+                        cb.bind(py).clone(),
+                        args,
+                        st.context.as_ref().map(|c| c.bind(py).clone()),
+                    ))
+                }
                 _ => None,
             }
         });
@@ -489,9 +528,10 @@ impl Handle {
         };
         let context = match context {
             Some(c) => c,
-            // Kept: asyncio's handle keeps the context its callback changed, and 3.12+
-            // runs a custom exception handler in it (`get_context()` after the run).
-            None => match spare.take().map_or_else(|| new_context(py), Ok) {
+            // No spare: a new one, kept (asyncio's handle keeps the context its callback
+            // changed, and 3.12+ runs a custom exception handler in it: `get_context()`
+            // after the run).
+            None => match new_context(py) {
                 Ok(c) => {
                     let c = c.into_bound(py);
                     // `new_context` can run the collector, and a finalizer could have

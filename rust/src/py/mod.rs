@@ -27,6 +27,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     crate::core::handle::set_core_of(loop_::Loop::core_of);
     crate::ffi::python::probe_current_context(m.py());
+    crate::ffi::python::probe_thread_ident();
     // Whether call_soon sees an empty context without copying it (tests pin where).
     m.add(
         "CONTEXT_PEEK",
@@ -39,6 +40,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scheduling::install_all(m.py())?;
     m.add_class::<crate::handles::Handle>()?;
     m.add_class::<crate::handles::TimerHandle>()?;
+    // Whether new handles skip PyO3's generic initializer (tests pin where).
+    m.add(
+        "FAST_HANDLE_NEW",
+        crate::handles::Handle::probe_fast_new(m.py())?,
+    )?;
     #[cfg(unix)]
     m.add_class::<crate::transports::stream::StreamCore>()?;
     #[cfg(unix)]
