@@ -1027,6 +1027,76 @@ def test_bytes_waiting_when_reading_resumes_all_arrive_with_nothing_more_sent(lo
     run(loop, main())
 
 
+class FixedBuffer(asyncio.BufferedProtocol):
+    """A 4 KiB buffer; logs ``g`` per ``get_buffer`` and each ``buffer_updated`` count."""
+
+    def __init__(self, done) -> None:
+        self.buf = bytearray(4096)
+        self.log: list = []
+        self.done = done
+
+    def get_buffer(self, sizehint):
+        self.log.append("g")
+        return self.buf
+
+    def buffer_updated(self, nbytes) -> None:
+        self.log.append(nbytes)
+
+    def eof_received(self):
+        self.log.append("eof")
+
+    def connection_lost(self, exc) -> None:
+        self.done.set_result(self.log)
+
+
+def test_a_buffer_filled_exactly_is_asked_for_again_only_when_more_arrived(loop):
+    """asyncio calls ``get_buffer`` when the socket is readable: a receive that filled the
+    buffer exactly, with nothing behind it, is not followed by a call that finds nothing."""
+
+    async def main():
+        async def handle(reader, writer):
+            for _ in range(3):
+                writer.write(b"x" * 4096)
+                await writer.drain()
+                await asyncio.sleep(0.05)
+            writer.close()
+
+        server = await asyncio.start_server(handle, HOST, 0)
+        done = loop.create_future()
+        port = server.sockets[0].getsockname()[1]
+        await loop.create_connection(lambda: FixedBuffer(done), HOST, port)
+        log = await done
+        assert log == ["g", 4096] * 3 + ["g", "eof"]
+        await close_server(server)
+
+    run(loop, main())
+
+
+@needs_unix
+def test_unix_bytes_behind_a_message_that_carried_fds_are_read(loop):
+    """A Unix stream socket's receive stops short after a message that carried file
+    descriptors, with the next writes still queued: they arrive with nothing more sent."""
+
+    async def main():
+        a, b = socket.socketpair()
+        tr, proto = await loop.create_unix_connection(Recorder, sock=a)
+        r, w = os.pipe()
+        try:
+            await asyncio.sleep(0.02)
+            socket.send_fds(b, [b"A" * 10], [r])
+            b.send(b"B" * 10)
+            await proto.wait_bytes(20)
+            assert bytes(proto.data) == b"A" * 10 + b"B" * 10
+        finally:
+            tr.close()
+            b.close()
+            os.close(r)
+            os.close(w)
+        await proto.wait_lost()
+
+    run(loop, main())
+
+
 class FailingRecorder(Recorder):
     def __init__(self, where: str) -> None:
         super().__init__()

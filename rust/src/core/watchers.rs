@@ -189,6 +189,12 @@ impl<H: Callback, F> Watchers<H, F> {
                         w.pending = true;
                         self.to_arm.push((fd, side));
                     }
+                } else if multi && w.queued {
+                    // The old callback, queued for a readiness the poll will not report
+                    // again, is cancelled with its replacement: the new one runs instead
+                    // (a selector would report the fd to it).
+                    w.queued = false;
+                    self.again.push((fd, side));
                 }
                 Some((std::mem::replace(&mut w.handle, handle), fileobj))
             }
@@ -692,5 +698,19 @@ mod tests {
         w.remove(5, Side::Read);
         assert_eq!(w.take_again((), &mut ready), 0);
         assert_eq!(ready.len(), 4);
+    }
+
+    #[test]
+    fn a_multi_watcher_replaced_while_queued_runs_its_new_callback() {
+        let mut w: Watchers<Cb, u32> = Watchers::default();
+        w.add(5, Side::Read, cb("old"), 50, true);
+        let token = flush(&mut w).arm[0].0;
+        let mut ready: Vec<Cb> = Vec::new();
+        ready.extend(w.complete((), token, 1, true).0);
+        let (old, _) = w.add(5, Side::Read, cb("new"), 51, true).expect("replaced");
+        assert_eq!(old.0, "old");
+        assert!(flush(&mut w).is_empty(), "the same poll stays armed");
+        assert_eq!(w.take_again((), &mut ready), 1);
+        assert_eq!(ready.last().map(|c| c.0), Some("new"));
     }
 }

@@ -136,6 +136,53 @@ pub fn accept_nowait(fd: RawFd) -> io::Result<RawFd> {
     }
 }
 
+/// Whether `fd` is a TCP socket (`AF_INET`/`AF_INET6` stream): there a receive that got
+/// less than it asked for drained the socket (urgent data aside). A Unix stream socket
+/// stops a receive short at a message that carried file descriptors, or between writers
+/// when credentials are passed, with bytes still queued. `false` on any error.
+pub fn is_tcp(fd: RawFd) -> bool {
+    // SAFETY: `sockaddr_storage` is plain data, for which all-zero bytes are a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `storage` is writable for `len` bytes and the kernel writes at most `len`.
+    let named = syscall!(getsockname(
+        fd,
+        std::ptr::addr_of_mut!(storage).cast(),
+        &mut len
+    ))
+    .is_ok();
+    let mut kind: libc::c_int = 0;
+    let mut kind_len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `kind` is writable for `kind_len` bytes.
+    let typed = syscall!(getsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_TYPE,
+        std::ptr::addr_of_mut!(kind).cast(),
+        &mut kind_len
+    ))
+    .is_ok();
+    let family = libc::c_int::from(storage.ss_family);
+    named
+        && typed
+        && kind == libc::SOCK_STREAM
+        && (family == libc::AF_INET || family == libc::AF_INET6)
+}
+
+/// Whether a receive on `fd` would return now (bytes, the end of the stream or an error)
+/// rather than `EAGAIN`: one byte peeked, never blocking, nothing consumed.
+pub fn readable_now(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: `byte` is writable for the one byte asked for.
+    let r = syscall!(recv(
+        fd,
+        std::ptr::addr_of_mut!(byte).cast(),
+        1,
+        libc::MSG_PEEK | libc::MSG_DONTWAIT
+    ));
+    !matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
 /// `shutdown(fd, SHUT_WR)`: half-close, the peer reads end of stream.
 pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     // SAFETY: no pointer arguments.

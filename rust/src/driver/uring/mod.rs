@@ -550,7 +550,14 @@ impl UringDriver {
             let sqe = sqe_for(entry.fd, entry.kind);
             if self.push(&sqe.user_data(user_data)).is_err() {
                 self.inflight.complete(user_data);
-                out.push(Completion::last(entry.token, -libc::ECANCELED));
+                // A poll standing in for PollMulti ends as the kernel's multishot poll
+                // ends when it cannot go on: a final readiness, which its owner answers by
+                // arming it again. Anything else ends cancelled.
+                let result = match entry.kind {
+                    Kind::PollEach(interest) => i32::from(interest.bits()),
+                    _ => -libc::ECANCELED,
+                };
+                out.push(Completion::last(entry.token, result));
             }
         }
         self.rearm.clear();

@@ -36,6 +36,7 @@ use crate::core::handle::LoopHandle;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::ffi::gil::GilCell;
+use crate::handles::Args;
 use crate::sys::sock::{self, SendHeader};
 use read::BIG_READ;
 use write::Pending;
@@ -67,6 +68,10 @@ struct State {
     /// The last readiness receive was large (`BIG_READ` or more): the next one goes
     /// straight into its own `bytes` rather than through the scratch buffer.
     big_reads: bool,
+    /// The last receive filled a `BufferedProtocol`'s whole buffer and asked to run
+    /// again: the next run looks before calling `get_buffer`, which asyncio calls only
+    /// when the socket is readable.
+    maybe_more: bool,
     /// The send in flight (writes are gathered during an iteration and leave with the wait
     /// as one `Op::SendMsg`, at most one in flight); the queue's front bytes are the
     /// kernel's until it completes, so nothing frees them before.
@@ -92,6 +97,9 @@ struct State {
 pub struct StreamCore {
     fd: i32,
     loop_: LoopHandle,
+    /// A TCP socket: its reader stays armed for the connection (a short receive drained
+    /// it; see `watch_read`). Other stream sockets re-arm a one-shot poll per readiness.
+    armed_once: bool,
     state: GilCell<State>,
 }
 
@@ -152,13 +160,28 @@ impl TransportCore for StreamCore {
 
 impl StreamCore {
     /// Installs `_read_ready` as the fd's reader (the only watcher a stream transport
-    /// uses: its sends wait for room inside the driver). It stays armed across readiness;
-    /// a receive that filled what it asked for says the socket may hold more
-    /// (`read_again`), and one that did not has drained it.
+    /// uses: its sends wait for room inside the driver). On a TCP socket it stays armed
+    /// across readiness: a receive that filled what it asked for says the socket may hold
+    /// more (`read_again`), and one that did not has drained it. A Unix socket's short
+    /// receive may not have (it stops at a message that carried fds), so there the reader
+    /// is re-armed after each readiness, level-triggered as a selector is.
     fn watch_read(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let cb = slf.getattr(intern!(py, "_read_ready"))?.unbind();
-        self.loop_.add_stream_reader(py, self.fd, cb)
+        if self.armed_once {
+            self.loop_.add_stream_reader(py, self.fd, cb)
+        } else {
+            self.loop_
+                .add_watcher(py, self.fd, Side::Read, cb, Args::Zero)
+                .map(drop)
+        }
+    }
+
+    /// A receive filled what it asked for: a reader armed once runs again next iteration.
+    fn read_again(&self, py: Python<'_>) {
+        if self.armed_once {
+            self.loop_.read_again(py, self.fd);
+        }
     }
 
     /// `transport._fatal_error(exc, message)` on the Python side: reports (or logs an
@@ -208,6 +231,7 @@ impl StreamCore {
         Ok(StreamCore {
             fd,
             loop_,
+            armed_once: sock::is_tcp(fd),
             state: GilCell::new(State {
                 base: Base::new(protocol, shell),
                 buffered,
@@ -216,6 +240,7 @@ impl StreamCore {
                 queued: 0,
                 empty_waiter: None,
                 big_reads: false,
+                maybe_more: false,
                 send_token: None,
                 flush_scheduled: false,
                 eof_after_send: false,
@@ -299,7 +324,7 @@ impl StreamCore {
             return this.on_eof(slf, protocol);
         }
         if n >= MAX_READ {
-            this.loop_.read_again(py, this.fd);
+            this.read_again(py);
         }
         this.state.with(py, |s| s.big_reads = n >= BIG_READ);
         this.data_received(py, &protocol, data)

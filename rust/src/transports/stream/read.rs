@@ -169,6 +169,13 @@ impl StreamCore {
 
     pub(super) fn read_buffered(&self, slf: &Bound<'_, Self>, protocol: Py<PyAny>) -> PyResult<()> {
         let py = slf.py();
+        if self.state.with(py, |s| std::mem::take(&mut s.maybe_more))
+            && !sock::readable_now(self.fd)
+        {
+            // The last receive filled the buffer and the socket turned out empty: asyncio's
+            // selector would not have called the protocol.
+            return Ok(());
+        }
         let Some(buf) = self.get_buffer(py, &protocol)? else {
             return Ok(());
         };
@@ -184,8 +191,9 @@ impl StreamCore {
         if n == 0 {
             return self.on_eof(slf, protocol);
         }
-        if full {
-            self.loop_.read_again(py, self.fd);
+        if full && self.armed_once {
+            self.state.with(py, |s| s.maybe_more = true);
+            self.read_again(py);
         }
         self.buffer_updated(py, &protocol, n).map(drop)
     }
