@@ -1097,6 +1097,41 @@ def test_unix_bytes_behind_a_message_that_carried_fds_are_read(loop):
     run(loop, main())
 
 
+@needs_unix
+def test_a_send_to_a_peer_that_half_closed_and_reads_nothing_waits_without_spinning(loop):
+    """The peer half-closes and reads nothing while 8 MiB wait to be sent. io_uring's polls
+    report the half-close at once, so a ring send that found no room comes back at once:
+    the loop must not retry it every iteration (it did, a busy loop). The bytes all
+    arrive once the peer reads."""
+    big = payload(8 * MIB)
+
+    async def main():
+        a, b = socket.socketpair()
+        try:
+            tr, proto = await loop.create_unix_connection(Recorder, sock=a)
+            tr.write(big)
+            b.shutdown(socket.SHUT_WR)
+            await proto.wait_eof()
+            stats = getattr(loop, "stats", dict)  # the native loops count iterations
+            before = stats().get("iterations")
+            await asyncio.sleep(0.3)
+            if before is not None:
+                assert stats()["iterations"] - before < 200, stats()
+            b.setblocking(False)
+            got = bytearray()
+            while len(got) < len(big):
+                try:
+                    got += b.recv(MIB)
+                except BlockingIOError:
+                    await asyncio.sleep(0.001)
+            assert bytes(got) == big
+            await proto.wait_lost()
+        finally:
+            b.close()
+
+    run(loop, main())
+
+
 class FailingRecorder(Recorder):
     def __init__(self, where: str) -> None:
         super().__init__()

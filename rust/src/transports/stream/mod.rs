@@ -78,6 +78,8 @@ struct State {
     send_token: Option<u64>,
     /// `_flush` is registered for the next wait.
     flush_scheduled: bool,
+    /// Sends the kernel refused in a row (`EAGAIN`): see `on_sent`.
+    refused: u32,
     /// Reading met the end of a reset connection while a send was in flight: the send
     /// took the reset's error, so its completion reports it (or, if it succeeded, delivers
     /// the end of stream).
@@ -243,6 +245,7 @@ impl StreamCore {
                 maybe_more: false,
                 send_token: None,
                 flush_scheduled: false,
+                refused: 0,
                 eof_after_send: false,
                 send_reset: false,
                 aborted: false,

@@ -19,6 +19,10 @@ use crate::ffi::buffer::buffer_to_vec;
 use crate::sys::sock::{self, MAX_IOV};
 use crate::transports::common::{would_block, Chunk, TransportCore, LOST_WRITES_LOG_THRESHOLD};
 
+/// Sends refused (`EAGAIN`) in a row that are retried with the next wait; later ones wait
+/// on a timer (`on_sent`).
+const REFUSED_AT_ONCE: u32 = 2;
+
 /// A queued chunk and how much of it the kernel already took.
 pub(super) struct Pending {
     chunk: Chunk,
@@ -306,6 +310,7 @@ impl StreamCore {
                 );
             }
             let done = if result > 0 {
+                s.refused = 0;
                 s.took(result as usize)
             } else {
                 Sent::default()
@@ -319,7 +324,23 @@ impl StreamCore {
         if result < 0 {
             let code = -result;
             if code == libc::EAGAIN || code == libc::EINTR {
-                this.schedule_flush(slf);
+                let refused = this.state.with(py, |s| {
+                    s.refused += 1;
+                    s.refused
+                });
+                if refused <= REFUSED_AT_ONCE {
+                    this.schedule_flush(slf);
+                    return Ok(());
+                }
+                // A ring send waits for room inside the kernel, except on a connection
+                // whose peer half-closed: io_uring's polls always report that (EPOLLRDHUP),
+                // so the send comes back at once, every iteration, a busy loop. Retry on a
+                // doubling timer instead (1 to 64 ms); any progress starts over.
+                let delay = 0.001 * f64::from(1u32 << (refused - REFUSED_AT_ONCE - 1).min(6));
+                let flush = slf.getattr(intern!(py, "_flush"))?;
+                this.loop_
+                    .obj()
+                    .call_method1(py, intern!(py, "call_later"), (delay, flush))?;
                 return Ok(());
             }
             return this.write_failed(py, &io::Error::from_raw_os_error(code));
