@@ -983,12 +983,16 @@ def _queued_bytes(sock) -> int:
 
 
 @pytest.mark.parametrize("buffered", [False, True], ids=["protocol", "buffered"])
-def test_bytes_waiting_when_reading_resumes_all_arrive_with_nothing_more_sent(loop, buffered):
+def test_bytes_waiting_when_reading_resumes_all_arrive_with_nothing_more_sent(
+    loop, loop_kind, buffered
+):
     """A reader that resumes over bytes already queued gets every one of them, though no
     new byte arrives after: more than one receive's worth for a Protocol (the transport
     reads up to 256 KiB at a time), hundreds of buffers for a BufferedProtocol of
     1..16-byte buffers. A level-triggered selector reports the fd until it is drained; a
     reader armed once for every readiness must ask to run again after a full receive."""
+    if sys.version_info < (3, 11) and loop_kind in ("fallback", "asyncio"):
+        pytest.skip("3.10's selector transport starts reading after connection_made even if paused")
     total = 3 * 256 * 1024 + 1000 if not buffered else 3000
     data = payload(total)
     factory = PausedTinyBuffers if buffered else PausedRecorder
