@@ -102,7 +102,7 @@ impl LoopHandle {
             .add_watcher_checked(py, fileobj, fd, side, callback, args)
     }
 
-    /// A stream transport's reader on `fd`, armed once for every readiness (see
+    /// A TCP transport's reader on `fd`, armed once for every readiness (see
     /// `core/watchers.rs`): the callback must call [`read_again`](Self::read_again) after a
     /// read that may have left data in the socket.
     pub fn add_stream_reader(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> PyResult<()> {

@@ -7,7 +7,7 @@
 //! kernel at the next wait, after the callback ran, so a callback that did not drain the fd
 //! is called again, and one that did is not.
 //!
-//! A watcher added with `multi` (a stream transport's reader, which knows when it drained
+//! A watcher added with `multi` (a TCP transport's reader, which knows when it drained
 //! its socket) keeps one `Op::PollMulti` armed instead, so a readiness costs no re-arm: the
 //! kernel reports each new readiness, at most one callback is queued per iteration, and
 //! the callback that did not drain the fd says so ([`Watchers::again`]), which queues it
