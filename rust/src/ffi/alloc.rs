@@ -46,6 +46,11 @@ impl<T: PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync> FastNew<T>
     /// dict and weak-reference slots, whichever the class has), so a zero-filled object
     /// with the value written is what PyO3 would have made. `None` if any of it fails.
     pub fn probe(sample: &Bound<'_, T>) -> Option<Self> {
+        if cfg!(Py_GIL_DISABLED) {
+            // A free-threaded build's object header (owning thread, shared refcount, GC
+            // bits) is PyO3's and CPython's to set up: its handles are made by PyO3.
+            return None;
+        }
         let py = sample.py();
         let ty = T::type_object_raw(py);
         let obj = sample.as_ptr();
@@ -55,12 +60,14 @@ impl<T: PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync> FastNew<T>
         // `basicsize` bytes once its type is checked to be exactly `ty` with no items; the
         // bytes read are inside it. `PyBaseObject_Type` is a static.
         unsafe {
+            // `PyType_GetFlags`, not the field: free-threaded builds make it an atomic.
+            let flags = ffi::PyType_GetFlags(ty);
             if ffi::Py_TYPE(obj) != ty
                 || (*ty).tp_base != std::ptr::addr_of_mut!(ffi::PyBaseObject_Type)
                 || (*ty).tp_itemsize != 0
                 || (*ty).tp_dictoffset != 0
-                || (*ty).tp_flags & (PREHEADER | ffi::Py_TPFLAGS_IS_ABSTRACT) != 0
-                || (*ty).tp_flags & ffi::Py_TPFLAGS_HAVE_GC == 0
+                || flags & (PREHEADER | ffi::Py_TPFLAGS_IS_ABSTRACT) != 0
+                || flags & ffi::Py_TPFLAGS_HAVE_GC == 0
                 || (*ty).tp_alloc.map(|f| f as *const () as usize)
                     != Some(ffi::PyType_GenericAlloc as *const () as usize)
             {
