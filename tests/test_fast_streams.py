@@ -282,6 +282,123 @@ def test_native_writer_methods_behave_as_asyncios():
         loop.close()
 
 
+class OwnMethodsTransport:
+    """Keeps its methods bound in its own ``__dict__``, as rsloop's transports do."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.write = self.written.append
+        self.closed = False
+        self.is_closing = lambda: self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_writer_calls_what_getattr_finds_on_the_transport_as_its_class_changes():
+    """write() and drain() call the transport's own bound methods without a look-up on
+    its class, as long as the class defines no data descriptor of those names: one added
+    later (or removed again) is what they call from then on, as with getattr."""
+    cls = type("Transport", (OwnMethodsTransport,), {})
+    loop = rsloop.new_event_loop()
+    try:
+        transport = cls()
+        w = rsloop.StreamWriter(transport, OpenProtocol(), None, loop)
+        for _ in range(3):  # the second and later calls take the remembered answer
+            w.write(b"own")
+            with pytest.raises(StopIteration):
+                w.drain().send(None)  # open and not paused: done at once
+        assert transport.written == [b"own"] * 3
+
+        # A property comes before the instance's own attribute.
+        cls.write = property(lambda self: lambda data: self.written.append(b"class:" + data))
+        cls.is_closing = property(lambda self: lambda: True)
+        w.write(b"x")
+        assert transport.written[-1] == b"class:x"
+        op = w.drain()
+        assert op.send(None) is None  # closing: asyncio's drain sleeps once
+        op.close()
+
+        del cls.write, cls.is_closing
+        w.write(b"y")
+        assert transport.written[-1] == b"y"
+        with pytest.raises(StopIteration):
+            w.drain().send(None)
+
+        # Replaced on the instance: the replacement is called.
+        seen = []
+        transport.write = seen.append
+        w.write(b"z")
+        assert seen == [b"z"]
+        w.close()
+    finally:
+        loop.close()
+
+
+def test_stream_waits_use_the_loops_create_future_and_its_futures():
+    """A read that waits takes its waiter from ``loop.create_future()``: a loop class
+    that overrides it (and hands out a Future subclass) is obeyed, before and after the
+    override is added to the class."""
+    made = []
+
+    class Fut(asyncio.Future):
+        pass
+
+    class Loop(rsloop.Loop):
+        pass
+
+    def create_future(self):
+        fut = Fut(loop=self)
+        made.append(fut)
+        return fut
+
+    async def read_two(reader):
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(reader.readexactly(2))
+        await asyncio.sleep(0)
+        waiter = reader._waiter
+        reader.feed_data(b"ab")
+        assert await task == b"ab"
+        return waiter
+
+    loop = Loop()
+    try:
+        reader = rsloop.StreamReader(loop=loop)
+        waiter = loop.run_until_complete(read_two(reader))
+        assert type(waiter) is asyncio.Future and made == []
+        Loop.create_future = create_future
+        waiter = loop.run_until_complete(read_two(reader))
+        assert type(waiter) is Fut and made == [waiter]
+        del Loop.create_future
+        waiter = loop.run_until_complete(read_two(reader))
+        assert type(waiter) is asyncio.Future and len(made) == 1
+    finally:
+        loop.close()
+
+
+def test_a_cancelled_wait_leaves_the_waiter_cancelled_and_an_exception_reaches_a_waiter():
+    async def main():
+        loop = asyncio.get_running_loop()
+        reader = rsloop.StreamReader(loop=loop)
+        task = loop.create_task(reader.read(5))
+        await asyncio.sleep(0)
+        waiter = reader._waiter
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert waiter.cancelled()
+        reader.feed_data(b"late")  # a cancelled waiter is left alone
+        assert await reader.read(5) == b"late"
+        task = loop.create_task(reader.read(5))
+        await asyncio.sleep(0)
+        reader.set_exception(ConnectionResetError(104, "reset"))
+        with pytest.raises(ConnectionResetError) as err:
+            await task
+        assert err.value.errno == 104
+
+    rsloop.run(main())
+
+
 NAMES = ("open_connection", "start_server", "open_unix_connection", "start_unix_server")
 
 

@@ -1,6 +1,6 @@
 //! Small `unsafe` islands over the CPython C-API: what PyO3 has no safe wrapper for, or
 //! wraps at a cost the hot path cannot pay (contexts and vectorcall, `METH_FASTCALL`
-//! methods, a native `tp_iternext`, buffer exports, the GIL-guarded cell, a handle's
+//! methods, a native `tp_iternext`, buffer exports, an instance's own attributes, the GIL-guarded cell, a handle's
 //! allocation).
 //! Owns: those calls and the invariants that make them sound. Not: deciding what to do
 //! with a result (callers), raw OS calls (`sys/`, which this module may call; `sys/` never
@@ -17,6 +17,7 @@
 //! `PanicException`, as PyO3 does.
 
 pub mod alloc;
+pub mod attrs;
 #[cfg(unix)]
 pub mod buffer;
 pub mod fastcall;

@@ -239,6 +239,35 @@ pub fn call_kw<'py>(
     }
 }
 
+/// `descr.__set__(obj, value)`: sets an attribute through the data descriptor the class
+/// defines for it (looked up once by the caller), without `setattr`'s look-up.
+pub fn descr_set(
+    descr: &Bound<'_, PyAny>,
+    obj: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    // SAFETY: the GIL is held and the three objects are live, borrowed for the call; the
+    // descriptor's type outlives it, and `tp_descr_set` is NULL or the type's setter,
+    // which returns 0 or -1 with an exception set.
+    unsafe {
+        match (*ffi::Py_TYPE(descr.as_ptr())).tp_descr_set {
+            Some(set) if set(descr.as_ptr(), obj.as_ptr(), value.as_ptr()) == 0 => Ok(()),
+            Some(_) => Err(PyErr::fetch(descr.py())),
+            None => Err(pyo3::exceptions::PyTypeError::new_err(
+                "descr_set: not a data descriptor",
+            )),
+        }
+    }
+}
+
+/// Whether `ty`'s attributes cannot be set or deleted (`Py_TPFLAGS_IMMUTABLETYPE`: static
+/// types and the C types that ask for it, such as `_asyncio.Future`).
+pub fn is_immutable(ty: &Bound<'_, pyo3::types::PyType>) -> bool {
+    // SAFETY: the GIL is held and `ty` is a live type; PyType_GetFlags only reads it.
+    let flags = unsafe { ffi::PyType_GetFlags(ty.as_type_ptr()) };
+    flags & ffi::Py_TPFLAGS_IMMUTABLETYPE != 0
+}
+
 /// `contextvars.Context()`: a new, empty context.
 pub fn new_context(py: Python<'_>) -> PyResult<Py<PyAny>> {
     // SAFETY: the GIL is held; PyContext_New returns a new reference or NULL with an

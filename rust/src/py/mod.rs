@@ -2,7 +2,7 @@
 
 mod clock;
 pub mod convert;
-mod futures;
+pub(crate) mod futures;
 pub mod loop_;
 mod scheduling;
 #[cfg(unix)]

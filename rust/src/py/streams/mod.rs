@@ -28,6 +28,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
+use crate::ffi::attrs::OwnMethods;
+
 /// asyncio's `_DEFAULT_LIMIT`.
 const DEFAULT_LIMIT: isize = 1 << 16;
 
@@ -55,6 +57,11 @@ fn cached(py: Python<'_>) -> PyResult<&Cached> {
 /// `rsloop.StreamReader`: a subclass may override `feed_data`).
 static ASYNCIO_DRAIN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static FAST_READER: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// The methods `write` and `drain` call on the writer's transport: an rsloop transport
+/// keeps them bound in its `__dict__`, where they are called without a look-up
+/// (`ffi::attrs`).
+static TRANSPORT_METHODS: OwnMethods = OwnMethods::new(&["write", "is_closing"]);
 
 fn incomplete_read(py: Python<'_>, partial: Bound<'_, PyAny>, expected: Option<usize>) -> PyErr {
     match cached(py).and_then(|c| c.incomplete.bind(py).call1((partial, expected))) {

@@ -12,12 +12,13 @@ use pyo3::PyTraverseError;
 
 use crate::ffi::buffer::{bytearray_find, bytearray_starts_with, take_front};
 use crate::ffi::iternext::{IterNext, Next};
+use crate::py::futures::{create_future_on, future_result, future_set_blocking};
 
 use super::reader::{
     buffer, buffer_empty_not_eof, buffer_len, check_exception, eof, limit, maybe_resume_transport,
     opt, take, take_raw, Reader, StreamReaderCore,
 };
-use super::{incomplete_read, limit_overrun, ASYNCIO_DRAIN};
+use super::{incomplete_read, limit_overrun, ASYNCIO_DRAIN, TRANSPORT_METHODS};
 
 /// How `readuntil`'s search ended, before it is turned into a result or an exception
 /// (`readline` maps the two failures differently).
@@ -136,7 +137,7 @@ impl StreamOp {
         // Back from a wait: `await self._waiter` returns (or raises) the waiter's result.
         if let Some(w) = self.waiter.take() {
             reader.get().put(py, |s| &mut s.waiter, None);
-            w.bind(py).call_method0(intern!(py, "result"))?;
+            future_result(w.bind(py))?;
         }
         loop {
             match &mut self.kind {
@@ -302,12 +303,12 @@ impl StreamOp {
         if let Some(t) = resume {
             t.call_method0(py, intern!(py, "resume_reading"))?;
         }
-        let fut = loop_.call_method0(py, intern!(py, "create_future"))?;
+        let fut = create_future_on(loop_.bind(py))?.unbind();
         reader
             .get()
             .put(py, |s| &mut s.waiter, Some(fut.clone_ref(py)));
         // What `Future.__await__` sets before yielding itself to the task.
-        fut.setattr(py, intern!(py, "_asyncio_future_blocking"), true)?;
+        future_set_blocking(fut.bind(py))?;
         self.waiter = Some(fut.clone_ref(py));
         Ok(Next::Yield(fut))
     }
@@ -327,9 +328,9 @@ impl StreamOp {
                 return Err(PyErr::from_value(exc));
             }
         }
-        let closing = writer
-            .getattr(intern!(py, "_transport"))?
-            .call_method0(intern!(py, "is_closing"))?
+        let transport = writer.getattr(intern!(py, "_transport"))?;
+        let closing = TRANSPORT_METHODS
+            .call0(&transport, intern!(py, "is_closing"))?
             .is_truthy()?;
         if !closing {
             let protocol = writer.getattr(intern!(py, "_protocol"))?;

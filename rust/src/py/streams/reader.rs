@@ -4,12 +4,13 @@ use pyo3::exceptions::{PyAssertionError, PyTypeError};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyString, PyTuple, PyType};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyTuple, PyType};
 use pyo3::PyTraverseError;
 use std::collections::VecDeque;
 
 use crate::ffi::buffer::{bytearray_extend, take_front};
 use crate::ffi::gil::GilCell;
+use crate::py::futures::{future_cancelled, future_set_result};
 
 use super::op::{Kind, StreamOp};
 use super::{ASYNCIO_DRAIN, DEFAULT_LIMIT, FAST_READER};
@@ -175,14 +176,17 @@ pub(super) fn maybe_resume_transport(r: &Reader<'_>) -> PyResult<()> {
     Ok(())
 }
 
-/// Takes the waiter and, unless it was cancelled, calls its `method(arg)`
-/// (`set_result(None)` or `set_exception(exc)`).
-fn resolve_waiter(r: &Reader<'_>, method: &Bound<'_, PyString>, arg: Py<PyAny>) -> PyResult<()> {
+/// Takes the waiter and, unless it was cancelled, sets its result to `None` or, given
+/// `exc`, its exception.
+fn resolve_waiter(r: &Reader<'_>, exc: Option<Py<PyAny>>) -> PyResult<()> {
     let py = r.py();
     if let Some(w) = r.get().with(py, |s| s.waiter.take()) {
         let w = w.into_bound(py);
-        if !w.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
-            w.call_method1(method, (arg,))?;
+        if !future_cancelled(&w)? {
+            match exc {
+                None => future_set_result(&w, &py.None().into_bound(py))?,
+                Some(exc) => drop(w.call_method1(intern!(py, "set_exception"), (exc,))?),
+            }
         }
     }
     Ok(())
@@ -190,8 +194,7 @@ fn resolve_waiter(r: &Reader<'_>, method: &Bound<'_, PyString>, arg: Py<PyAny>) 
 
 /// `_wakeup_waiter()`.
 fn wakeup_waiter(r: &Reader<'_>) -> PyResult<()> {
-    let py = r.py();
-    resolve_waiter(r, intern!(py, "set_result"), py.None())
+    resolve_waiter(r, None)
 }
 
 /// `feed_data(data)`.
@@ -401,7 +404,7 @@ impl StreamReaderCore {
         let py = slf.py();
         slf.get()
             .put(py, |s| &mut s.exception, Some(exc.clone_ref(py)));
-        resolve_waiter(slf, intern!(py, "set_exception"), exc)
+        resolve_waiter(slf, Some(exc))
     }
 
     fn _wakeup_waiter(slf: &Reader<'_>) -> PyResult<()> {

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use super::op::StreamOp;
+use super::TRANSPORT_METHODS;
 use crate::ffi::fastcall::{install_on, FastArgs, FastMethod};
 
 /// Installs both methods on `cls` (`rsloop.StreamWriter`).
@@ -78,8 +79,8 @@ Write data to the transport (asyncio.StreamWriter.write).";
             (0, 1) if a.keyword(0).is_ok_and(|k| k == "data") => a.value(0),
             _ => return Err(bad_arguments(a, "write", Some("data"))),
         };
-        slf.getattr(intern!(py, "_transport"))?
-            .call_method1(intern!(py, "write"), (data,))?;
+        let transport = slf.getattr(intern!(py, "_transport"))?;
+        TRANSPORT_METHODS.call1(&transport, intern!(py, "write"), &data)?;
         Ok(py.None().into_bound(py))
     }
 }
