@@ -399,6 +399,42 @@ def test_a_cancelled_wait_leaves_the_waiter_cancelled_and_an_exception_reaches_a
     rsloop.run(main())
 
 
+def test_a_finished_read_is_reused_only_when_nobody_holds_it_and_keeps_nothing_alive():
+    """Reads and drains that finished through ``await`` are kept for reuse: one its
+    caller still holds stays finished (awaiting it again is refused, as for a coroutine)
+    and is never handed out again, and a kept one no longer refers to its reader."""
+    import gc
+    import weakref
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        reader = rsloop.StreamReader(loop=loop)
+        reader.feed_data(b"abcdef")
+        held = reader.read(1)
+        assert await held == b"a"
+        ops = [held]
+        for expected in (b"b", b"c", b"d"):
+            op = reader.readexactly(1)
+            assert all(op is not o for o in ops)  # `held` is still held
+            ops.append(op)
+            assert await op == expected
+        with pytest.raises(RuntimeError, match="cannot reuse already awaited"):
+            await held
+        del ops, op
+        # Let go of: taken again, and working.
+        assert [await reader.readexactly(1) for _ in range(2)] == [b"e", b"f"]
+
+        gone = rsloop.StreamReader(loop=loop)
+        gone.feed_data(b"x")
+        assert await gone.read(1) == b"x"
+        ref = weakref.ref(gone)
+        del gone
+        gc.collect()
+        assert ref() is None
+
+    rsloop.run(main())
+
+
 NAMES = ("open_connection", "start_server", "open_unix_connection", "start_unix_server")
 
 

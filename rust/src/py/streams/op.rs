@@ -11,7 +11,9 @@ use pyo3::types::{PyByteArray, PyBytes, PyTuple, PyType};
 use pyo3::PyTraverseError;
 
 use crate::ffi::buffer::{bytearray_find, bytearray_starts_with, take_front};
+use crate::ffi::gil::GilCell;
 use crate::ffi::iternext::{IterNext, Next};
+use crate::ffi::python::refcnt;
 use crate::py::futures::{create_future_on, future_result, future_set_blocking};
 
 use super::reader::{
@@ -76,14 +78,70 @@ pub struct StreamOp {
     done: bool,
 }
 
+/// Ops that finished through `await` (`StreamOpNext`), cleared, for the next read or
+/// drain to take instead of a new object, if nobody else holds them by then (a read is a
+/// new object in asyncio too: a coroutine; making one and freeing it cost two thirds as
+/// much as the whole `readexactly` that found its bytes buffered).
+static SPARE: GilCell<Vec<Py<StreamOp>>> = GilCell::new(Vec::new());
+
+/// How many finished ops [`SPARE`] keeps: more than one task's read and drain at a time.
+const SPARE_MAX: usize = 16;
+
 impl StreamOp {
-    pub(super) fn reader(r: &Reader<'_>, kind: Kind) -> Self {
-        StreamOp::new(r.as_any(), kind)
+    pub(super) fn reader<'py>(r: &Reader<'py>, kind: Kind) -> PyResult<Bound<'py, StreamOp>> {
+        StreamOp::make(r.as_any(), kind)
     }
 
     /// `writer.drain()`.
-    pub(super) fn drain_of(writer: &Bound<'_, PyAny>) -> Self {
-        StreamOp::new(writer, Kind::Drain)
+    pub(super) fn drain_of<'py>(writer: &Bound<'py, PyAny>) -> PyResult<Bound<'py, StreamOp>> {
+        StreamOp::make(writer, Kind::Drain)
+    }
+
+    /// A new op: a spare one that only [`SPARE`] still refers to, reset, or a new object.
+    fn make<'py>(target: &Bound<'py, PyAny>, kind: Kind) -> PyResult<Bound<'py, StreamOp>> {
+        let py = target.py();
+        let fresh = StreamOp::new(target, kind);
+        if cfg!(Py_GIL_DISABLED) {
+            return Bound::new(py, fresh);
+        }
+        while let Some(op) = SPARE.with(py, Vec::pop) {
+            let op = op.into_bound(py);
+            if refcnt(op.as_any()) != 1 {
+                // Still held (finished: it can only refuse to run again): theirs now.
+                continue;
+            }
+            let Ok(mut slot) = op.try_borrow_mut() else {
+                continue;
+            };
+            // A spare op holds no object (`recycle`): nothing is freed here.
+            *slot = fresh;
+            drop(slot);
+            return Ok(op);
+        }
+        Bound::new(py, fresh)
+    }
+
+    /// After an op finished through `await`: drops what it holds and keeps it in
+    /// [`SPARE`] (it stays finished for anyone still holding it).
+    fn recycle(slf: &Bound<'_, StreamOp>) {
+        let py = slf.py();
+        if cfg!(Py_GIL_DISABLED) || SPARE.with(py, |v| v.len()) >= SPARE_MAX {
+            return;
+        }
+        let Ok(mut op) = slf.try_borrow_mut() else {
+            return;
+        };
+        let held = (
+            std::mem::replace(&mut op.target, py.None()),
+            std::mem::replace(&mut op.kind, Kind::Drain),
+            op.waiter.take(),
+            op.inner.take(),
+        );
+        op.done = true;
+        drop(op);
+        // Freed outside the borrow: a finaliser may run Python code.
+        drop(held);
+        SPARE.with(py, |v| v.push(slf.clone().unbind()));
     }
 
     fn new(target: &Bound<'_, PyAny>, kind: Kind) -> Self {
@@ -390,7 +448,11 @@ impl IterNext for StreamOpNext {
     type Class = StreamOp;
 
     fn next(slf: &Bound<'_, StreamOp>) -> PyResult<Next> {
-        slf.try_borrow_mut()?.step(slf.py(), None)
+        let res = slf.try_borrow_mut()?.step(slf.py(), None);
+        if !matches!(res, Ok(Next::Yield(_))) {
+            StreamOp::recycle(slf);
+        }
+        res
     }
 }
 
@@ -482,7 +544,7 @@ fn search<'py>(
 impl StreamOp {
     /// `writer.drain()`.
     #[staticmethod]
-    fn drain(writer: &Bound<'_, PyAny>) -> Self {
+    fn drain<'py>(writer: &Bound<'py, PyAny>) -> PyResult<Bound<'py, StreamOp>> {
         StreamOp::drain_of(writer)
     }
 

@@ -444,27 +444,30 @@ impl StreamReaderCore {
 
     /// `read(n=-1)` (`read(None)` reads to the end too, where asyncio's raises).
     #[pyo3(signature = (n = None))]
-    fn read(slf: &Reader<'_>, n: Option<Py<PyAny>>) -> StreamOp {
+    fn read<'py>(slf: &Reader<'py>, n: Option<Py<PyAny>>) -> PyResult<Bound<'py, StreamOp>> {
         let n = n.unwrap_or_else(|| PyInt::new(slf.py(), -1).into_any().unbind());
         StreamOp::reader(slf, Kind::Read(n))
     }
 
-    fn readline(slf: &Reader<'_>) -> StreamOp {
+    fn readline<'py>(slf: &Reader<'py>) -> PyResult<Bound<'py, StreamOp>> {
         StreamOp::reader(slf, Kind::line(false))
     }
 
-    fn readexactly(slf: &Reader<'_>, n: Py<PyAny>) -> StreamOp {
+    fn readexactly<'py>(slf: &Reader<'py>, n: Py<PyAny>) -> PyResult<Bound<'py, StreamOp>> {
         StreamOp::reader(slf, Kind::Exactly(n))
     }
 
     #[pyo3(signature = (separator = None))]
-    fn readuntil(slf: &Reader<'_>, separator: Option<Py<PyAny>>) -> StreamOp {
+    fn readuntil<'py>(
+        slf: &Reader<'py>,
+        separator: Option<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, StreamOp>> {
         let py = slf.py();
         let sep = separator.unwrap_or_else(|| PyBytes::new(py, b"\n").into_any().unbind());
         StreamOp::reader(slf, Kind::UntilArg(sep))
     }
 
-    fn __anext__(slf: &Reader<'_>) -> StreamOp {
+    fn __anext__<'py>(slf: &Reader<'py>) -> PyResult<Bound<'py, StreamOp>> {
         StreamOp::reader(slf, Kind::line(true))
     }
 

@@ -103,6 +103,6 @@ Flush the write buffer (asyncio.StreamWriter.drain); native when nothing has to 
         if a.nargs() != 0 || a.n_keywords() != 0 {
             return Err(bad_arguments(a, "drain", None));
         }
-        Ok(Bound::new(slf.py(), StreamOp::drain_of(slf))?.into_any())
+        Ok(StreamOp::drain_of(slf)?.into_any())
     }
 }
