@@ -183,6 +183,21 @@ pub fn readable_now(fd: RawFd) -> bool {
     !matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
+/// Whether `poll` reports `fd` writable now (or failed or hung up, which a send then
+/// reports), as a selector would: never blocks. A TCP socket is writable once a third of
+/// its send buffer is free, while a send takes bytes as soon as any of it is.
+pub fn writable_now(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid `pollfd`, the count passed; timeout 0 never blocks.
+    let r = syscall!(poll(std::ptr::addr_of_mut!(pfd), 1, 0));
+    matches!(r, Ok(n) if n > 0)
+        && pfd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0
+}
+
 /// `shutdown(fd, SHUT_WR)`: half-close, the peer reads end of stream.
 pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     // SAFETY: no pointer arguments.

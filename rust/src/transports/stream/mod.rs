@@ -78,7 +78,20 @@ struct State {
     send_token: Option<u64>,
     /// `_flush` is registered for the next wait.
     flush_scheduled: bool,
-    /// Sends the kernel refused in a row (`EAGAIN`): see `on_sent`.
+    /// The kernel took only part of the last send (or none, `EAGAIN`): the socket is full,
+    /// and the next send waits until `poll` calls it writable (`_write_ready`), as
+    /// asyncio's buffered bytes wait for its selector. A ring send submitted now would
+    /// wait inside the kernel, which retries it at any wake-up, the peer's FIN included,
+    /// and takes whatever room there is: bytes a selector loop would still hold, and whose
+    /// loss to a later reset it would report.
+    full: bool,
+    /// Bytes the send in flight was given (whether it took them all says `full`).
+    sending: usize,
+    /// `_write_ready` is the fd's writer.
+    write_watch: bool,
+    /// `_write_ready` waits on a timer (see there).
+    write_timer: bool,
+    /// Wake-ups in a row that found the socket still full: see `_write_ready`.
     refused: u32,
     /// Reading met the end of a reset connection while a send was in flight: the send
     /// took the reset's error, so its completion reports it (or, if it succeeded, delivers
@@ -126,9 +139,11 @@ impl TransportCore for StreamCore {
         Ok(())
     }
 
-    /// Nothing to stop: a stream transport never waits for writability itself (a send
-    /// the socket has no room for waits inside the driver).
-    fn stop_writing(&self, _py: Python<'_>) -> PyResult<()> {
+    /// The fd's writer, `_write_ready`, if the socket was full (see `State::full`).
+    fn stop_writing(&self, py: Python<'_>) -> PyResult<()> {
+        if self.state.with(py, |s| std::mem::take(&mut s.write_watch)) {
+            self.loop_.remove_watcher(py, self.fd, Side::Write)?;
+        }
         Ok(())
     }
 
@@ -153,6 +168,7 @@ impl TransportCore for StreamCore {
             ((rest, sent), in_flight)
         });
         drop(dropped);
+        self.stop_writing(py)?;
         match in_flight {
             Some(token) => self.loop_.send_cancel(py, token),
             None => Ok(()),
@@ -245,6 +261,10 @@ impl StreamCore {
                 maybe_more: false,
                 send_token: None,
                 flush_scheduled: false,
+                full: false,
+                sending: 0,
+                write_watch: false,
+                write_timer: false,
                 refused: 0,
                 eof_after_send: false,
                 send_reset: false,
@@ -386,6 +406,11 @@ impl StreamCore {
         Self::on_sent(slf, result)
     }
 
+    /// The fd's writer, or its timer: the socket that was full may have room.
+    fn _write_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::write_ready(slf)
+    }
+
     fn write_eof(&self, py: Python<'_>) -> PyResult<()> {
         let shut = self.state.with(py, |s| {
             if s.base.closing || s.eof {
@@ -433,6 +458,8 @@ impl StreamCore {
     /// After `connection_lost`: forget the protocol, the queue and the Python transport, so
     /// no cycle outlives the connection. Returns the sendfile waiter, if one was pending.
     fn _detach(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        // Errors (a closed loop) leave nothing to stop.
+        let _ = self.stop_writing(py);
         let (taken, waiter) = self.state.with(py, |s| {
             s.forget_queue();
             // Bytes a send in flight still reads stay until `_on_sent`.
