@@ -10,7 +10,8 @@
 //!
 //! Behaviour is asyncio's `_SelectorSocketTransport`'s as its user sees it: one receive
 //! per readiness; an iteration's writes leave together in one `sendmsg` with the loop's
-//! wait (the driver retries it on writability if the socket is full), and wherever
+//! wait (after a send the kernel took only part of, once `poll` calls the socket
+//! writable, as a selector reports it: `State::full`), and wherever
 //! asyncio's would differ by sending inside `write()` (past the high-water mark, at
 //! `close()`, at `abort()`), the gathered bytes go to the kernel there and then.
 
@@ -154,10 +155,11 @@ impl TransportCore for StreamCore {
             s.aborted = true;
             let in_flight = s.send_token;
             let mut sent = write::Sent::default();
-            if in_flight.is_none() {
+            if in_flight.is_none() && !s.full {
                 // These bytes were gathered for the next wait; asyncio would have handed
-                // them to the kernel inside write(). Give the kernel what it takes now, as
-                // it would have then; drop the rest.
+                // them to the kernel inside write() (not to a full socket, which its
+                // buffer waits on). Give the kernel what it takes now, as it would have
+                // then; drop the rest.
                 sent = s.send_queued(py, self.fd).1;
             }
             s.forget_queue();
@@ -433,10 +435,11 @@ impl StreamCore {
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         // Bytes gathered for the next wait and none in flight: asyncio would have
-        // handed them to the kernel inside write(), and its close() sees an empty buffer if
-        // the kernel took them all. Hand them over now, to decide the same way.
+        // handed them to the kernel inside write() (unless the socket was full), and its
+        // close() sees an empty buffer if the kernel took them all. Hand them over now, to
+        // decide the same way.
         let sent = self.state.with(py, |s| {
-            if !s.base.closing && s.send_token.is_none() && !s.queue.is_empty() {
+            if !s.base.closing && s.send_token.is_none() && !s.full && !s.queue.is_empty() {
                 s.send_queued(py, self.fd).1
             } else {
                 write::Sent::default()

@@ -1,7 +1,8 @@
 //! The writing half of `StreamCore`: the write queue, and writes gathered per iteration
 //! and sent as one `Op::SendMsg` with the wait, at most one in flight per transport, on
 //! both drivers (io_uring's SENDMSG; the `poll` driver's own `sendmsg`, retried on
-//! writability inside it).
+//! writability inside it). Once the kernel took only part of one, the next waits for the
+//! fd's writer and `poll`'s word that the socket is writable (`State::full`).
 //! Owns: what happens to bytes between `write()` and the kernel. Not: the closing state
 //! machine (`common.rs`), reading (`read.rs`).
 
@@ -15,9 +16,9 @@ use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 
 use super::{State, StreamCore};
 use crate::core::watchers::Side;
-use crate::handles::Args;
 use crate::errors::os_error;
 use crate::ffi::buffer::buffer_to_vec;
+use crate::handles::Args;
 use crate::sys::sock::{self, MAX_IOV};
 use crate::transports::common::{would_block, Chunk, TransportCore, LOST_WRITES_LOG_THRESHOLD};
 
@@ -216,9 +217,10 @@ impl StreamCore {
             // Gathering is only for bytes that cannot make flow control differ from
             // asyncio's: while the buffer stays at or under the high-water mark, or while
             // a send is in flight (the kernel has refused nothing yet; asyncio's buffer is
-            // not empty either).
+            // not empty either), or while the socket is full (asyncio's write() only
+            // appends to a buffer that waits for writability).
             let within = !s.base.marks.above_high(s.queued + left);
-            let gather = s.send_token.is_some() || within;
+            let gather = s.send_token.is_some() || within || s.full;
             s.queued += left;
             s.queue.push_back(Pending {
                 chunk,
