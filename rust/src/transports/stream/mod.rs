@@ -179,8 +179,8 @@ impl TransportCore for StreamCore {
 }
 
 impl StreamCore {
-    /// Installs `_read_ready` as the fd's reader (the only watcher a stream transport
-    /// uses: its sends wait for room inside the driver). On a TCP socket it stays armed
+    /// Installs `_read_ready` as the fd's reader (its writer, `_write_ready`, is there
+    /// only while the socket is full: `State::full`). On a TCP socket it stays armed
     /// across readiness: a receive that filled what it asked for says the socket may hold
     /// more (`read_again`), and one that did not has drained it. A Unix socket's short
     /// receive may not have (it stops at a message that carried fds), so there the reader
