@@ -719,6 +719,16 @@ def test_programs_reach_every_outcome():
             (False, False),
             (("writelines", 1, (1 << 20,)), ("pause", 0), ("close", 1), ("write", 0, 1 << 20)),
         ),
+        # uring's send waiting inside the kernel for room was retried by the peer's FIN
+        # and took the 64 KiB that asyncio still buffered (the socket had room, but not
+        # the third of its buffer `poll` waits for): the reset that followed dropped them
+        # in the kernel unreported, where asyncio's send of them failed on it
+        (
+            "tcp",
+            "stream",
+            (False, False),
+            (("writelines", 0, (1 << 20,)), ("eof", 1), ("abort", 1)),
+        ),
     ],
 )
 def test_found_differences_stay_fixed(kind, program):

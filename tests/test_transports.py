@@ -1136,6 +1136,58 @@ def test_a_send_to_a_peer_that_half_closed_and_reads_nothing_waits_without_spinn
     run(loop, main())
 
 
+def test_a_peers_half_close_does_not_send_what_waits_for_writability_and_its_reset_fails_it(
+    loop,
+):
+    """A TCP peer stops reading, half-closes, then resets. The bytes the transport still
+    holds wait for the socket to be writable as a selector reports it (a third of the send
+    buffer free): the FIN must not send them (a ring send waiting inside the kernel was
+    retried by it and took the room there was), and the reset then fails them, so the
+    protocol learns of it (connection_lost with EPIPE or ECONNRESET), as on asyncio."""
+
+    async def main():
+        lsock = socket.socket()
+        lsock.bind((HOST, 0))
+        lsock.listen(1)
+        peer = None
+        try:
+            proto = Recorder(eof_result=True)
+            tr, _ = await loop.create_connection(lambda: proto, *lsock.getsockname())
+            peer, _ = lsock.accept()
+            # fixed buffers, set once connected (as tests/test_io_differential.py does)
+            for s in (tr.get_extra_info("socket"), peer):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 18)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 18)
+            tr.write(payload(MIB))
+            # the peer reads 256 KiB and then nothing (the stream reader's pause), which
+            # leaves room in the send buffer, but less than a third of it
+            assert len(await recv_exactly(loop, peer, 1 << 18)) == 1 << 18
+            # until the bytes stop moving into the kernel
+            deadline = loop.time() + 5
+            last, still = -1, 0
+            while still < 20 and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+                size = tr.get_write_buffer_size()
+                still = still + 1 if size == last else 0
+                last = size
+            assert 0 < last < MIB, last
+            peer.shutdown(socket.SHUT_WR)
+            await asyncio.wait_for(proto.wait_eof(), 5)
+            await asyncio.sleep(0.1)
+            assert tr.get_write_buffer_size() == last, "the peer's FIN sent bytes"
+            linger_reset(peer)
+            peer.close()
+            peer = None
+            exc = await asyncio.wait_for(proto.wait_lost(), 5)
+            assert isinstance(exc, (BrokenPipeError, ConnectionResetError)), exc
+        finally:
+            if peer is not None:
+                peer.close()
+            lsock.close()
+
+    run(loop, main())
+
+
 class FailingRecorder(Recorder):
     def __init__(self, where: str) -> None:
         super().__init__()

@@ -183,6 +183,21 @@ pub fn readable_now(fd: RawFd) -> bool {
     !matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
+/// Whether `poll` reports `fd` writable now (or failed or hung up, which a send then
+/// reports), as a selector would: never blocks. A TCP socket is writable once a third of
+/// its send buffer is free, while a send takes bytes as soon as any of it is.
+pub fn writable_now(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid `pollfd`, the count passed; timeout 0 never blocks.
+    let r = syscall!(poll(std::ptr::addr_of_mut!(pfd), 1, 0));
+    matches!(r, Ok(n) if n > 0)
+        && pfd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0
+}
+
 /// `shutdown(fd, SHUT_WR)`: half-close, the peer reads end of stream.
 pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     // SAFETY: no pointer arguments.
@@ -319,6 +334,57 @@ mod tests {
         shutdown_write(a.as_raw_fd()).expect("shutdown");
         assert_eq!(recv(b.as_raw_fd(), &mut buf).expect("rest"), 1);
         assert_eq!(recv(b.as_raw_fd(), &mut buf).expect("eof"), 0);
+    }
+
+    // Linux's loopback TCP: how much room poll wants is the kernel's own rule.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn writable_now_is_polls_word_not_whether_a_send_would_take_bytes() {
+        use std::net::{TcpListener, TcpStream};
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (b, _) = l.accept().expect("accept");
+        a.set_nonblocking(true).expect("nonblocking");
+        let fd = a.as_raw_fd();
+        assert!(writable_now(fd), "a fresh socket");
+        // The peer reads nothing: fill until the kernel refuses, let the bytes settle into
+        // the peer's receive buffer, and find a send that still takes some while poll
+        // says the socket is not writable (room, but less than a third of the buffer).
+        let chunk = [7u8; 65536];
+        let mut room_below_poll = false;
+        for _ in 0..200 {
+            while send_nowait(fd, &chunk).is_ok() {}
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            if !writable_now(fd) && send_nowait(fd, &chunk[..1]).is_ok() {
+                room_below_poll = true;
+                break;
+            }
+        }
+        assert!(!writable_now(fd), "a full socket");
+        // A reset makes it writable (the send reports the error), as selectors say.
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: `linger` is a valid `struct linger`, its size passed.
+        let r = syscall!(setsockopt(
+            b.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            std::ptr::addr_of!(linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t
+        ));
+        r.expect("SO_LINGER");
+        drop(b);
+        for _ in 0..500 {
+            if writable_now(fd) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(writable_now(fd), "after the peer's reset");
+        assert!(send_nowait(fd, &chunk[..1]).is_err());
+        assert!(room_below_poll, "no send took bytes while poll said full");
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!
 //! Behaviour is asyncio's `_SelectorSocketTransport`'s as its user sees it: one receive
 //! per readiness; an iteration's writes leave together in one `sendmsg` with the loop's
-//! wait (the driver retries it on writability if the socket is full), and wherever
+//! wait (after a send the kernel took only part of, once `poll` calls the socket
+//! writable, as a selector reports it: `State::full`), and wherever
 //! asyncio's would differ by sending inside `write()` (past the high-water mark, at
 //! `close()`, at `abort()`), the gathered bytes go to the kernel there and then.
 
@@ -78,7 +79,20 @@ struct State {
     send_token: Option<u64>,
     /// `_flush` is registered for the next wait.
     flush_scheduled: bool,
-    /// Sends the kernel refused in a row (`EAGAIN`): see `on_sent`.
+    /// The kernel took only part of the last send (or none, `EAGAIN`): the socket is full,
+    /// and the next send waits until `poll` calls it writable (`_write_ready`), as
+    /// asyncio's buffered bytes wait for its selector. A ring send submitted now would
+    /// wait inside the kernel, which retries it at any wake-up, the peer's FIN included,
+    /// and takes whatever room there is: bytes a selector loop would still hold, and whose
+    /// loss to a later reset it would report.
+    full: bool,
+    /// Bytes the send in flight was given (whether it took them all says `full`).
+    sending: usize,
+    /// `_write_ready` is the fd's writer.
+    write_watch: bool,
+    /// `_write_ready` waits on a timer (see there).
+    write_timer: bool,
+    /// Wake-ups in a row that found the socket still full: see `_write_ready`.
     refused: u32,
     /// Reading met the end of a reset connection while a send was in flight: the send
     /// took the reset's error, so its completion reports it (or, if it succeeded, delivers
@@ -126,9 +140,11 @@ impl TransportCore for StreamCore {
         Ok(())
     }
 
-    /// Nothing to stop: a stream transport never waits for writability itself (a send
-    /// the socket has no room for waits inside the driver).
-    fn stop_writing(&self, _py: Python<'_>) -> PyResult<()> {
+    /// The fd's writer, `_write_ready`, if the socket was full (see `State::full`).
+    fn stop_writing(&self, py: Python<'_>) -> PyResult<()> {
+        if self.state.with(py, |s| std::mem::take(&mut s.write_watch)) {
+            self.loop_.remove_watcher(py, self.fd, Side::Write)?;
+        }
         Ok(())
     }
 
@@ -139,10 +155,11 @@ impl TransportCore for StreamCore {
             s.aborted = true;
             let in_flight = s.send_token;
             let mut sent = write::Sent::default();
-            if in_flight.is_none() {
+            if in_flight.is_none() && !s.full {
                 // These bytes were gathered for the next wait; asyncio would have handed
-                // them to the kernel inside write(). Give the kernel what it takes now, as
-                // it would have then; drop the rest.
+                // them to the kernel inside write() (not to a full socket, which its
+                // buffer waits on). Give the kernel what it takes now, as it would have
+                // then; drop the rest.
                 sent = s.send_queued(py, self.fd).1;
             }
             s.forget_queue();
@@ -153,6 +170,7 @@ impl TransportCore for StreamCore {
             ((rest, sent), in_flight)
         });
         drop(dropped);
+        self.stop_writing(py)?;
         match in_flight {
             Some(token) => self.loop_.send_cancel(py, token),
             None => Ok(()),
@@ -161,8 +179,8 @@ impl TransportCore for StreamCore {
 }
 
 impl StreamCore {
-    /// Installs `_read_ready` as the fd's reader (the only watcher a stream transport
-    /// uses: its sends wait for room inside the driver). On a TCP socket it stays armed
+    /// Installs `_read_ready` as the fd's reader (its writer, `_write_ready`, is there
+    /// only while the socket is full: `State::full`). On a TCP socket it stays armed
     /// across readiness: a receive that filled what it asked for says the socket may hold
     /// more (`read_again`), and one that did not has drained it. A Unix socket's short
     /// receive may not have (it stops at a message that carried fds), so there the reader
@@ -245,6 +263,10 @@ impl StreamCore {
                 maybe_more: false,
                 send_token: None,
                 flush_scheduled: false,
+                full: false,
+                sending: 0,
+                write_watch: false,
+                write_timer: false,
                 refused: 0,
                 eof_after_send: false,
                 send_reset: false,
@@ -386,6 +408,11 @@ impl StreamCore {
         Self::on_sent(slf, result)
     }
 
+    /// The fd's writer, or its timer: the socket that was full may have room.
+    fn _write_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Self::write_ready(slf)
+    }
+
     fn write_eof(&self, py: Python<'_>) -> PyResult<()> {
         let shut = self.state.with(py, |s| {
             if s.base.closing || s.eof {
@@ -408,10 +435,11 @@ impl StreamCore {
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         // Bytes gathered for the next wait and none in flight: asyncio would have
-        // handed them to the kernel inside write(), and its close() sees an empty buffer if
-        // the kernel took them all. Hand them over now, to decide the same way.
+        // handed them to the kernel inside write() (unless the socket was full), and its
+        // close() sees an empty buffer if the kernel took them all. Hand them over now, to
+        // decide the same way.
         let sent = self.state.with(py, |s| {
-            if !s.base.closing && s.send_token.is_none() && !s.queue.is_empty() {
+            if !s.base.closing && s.send_token.is_none() && !s.full && !s.queue.is_empty() {
                 s.send_queued(py, self.fd).1
             } else {
                 write::Sent::default()
@@ -433,6 +461,8 @@ impl StreamCore {
     /// After `connection_lost`: forget the protocol, the queue and the Python transport, so
     /// no cycle outlives the connection. Returns the sendfile waiter, if one was pending.
     fn _detach(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        // Errors (a closed loop) leave nothing to stop.
+        let _ = self.stop_writing(py);
         let (taken, waiter) = self.state.with(py, |s| {
             s.forget_queue();
             // Bytes a send in flight still reads stay until `_on_sent`.

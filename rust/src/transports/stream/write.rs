@@ -1,7 +1,8 @@
 //! The writing half of `StreamCore`: the write queue, and writes gathered per iteration
 //! and sent as one `Op::SendMsg` with the wait, at most one in flight per transport, on
 //! both drivers (io_uring's SENDMSG; the `poll` driver's own `sendmsg`, retried on
-//! writability inside it).
+//! writability inside it). Once the kernel took only part of one, the next waits for the
+//! fd's writer and `poll`'s word that the socket is writable (`State::full`).
 //! Owns: what happens to bytes between `write()` and the kernel. Not: the closing state
 //! machine (`common.rs`), reading (`read.rs`).
 
@@ -14,14 +15,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 
 use super::{State, StreamCore};
+use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::ffi::buffer::buffer_to_vec;
+use crate::handles::Args;
 use crate::sys::sock::{self, MAX_IOV};
 use crate::transports::common::{would_block, Chunk, TransportCore, LOST_WRITES_LOG_THRESHOLD};
 
-/// Sends refused (`EAGAIN`) in a row that are retried with the next wait; later ones wait
-/// on a timer (`on_sent`).
-const REFUSED_AT_ONCE: u32 = 2;
+/// Longest wait between two looks at a full socket that `poll` keeps reporting for the
+/// wrong reason (`write_ready`): 2**6 ms.
+const MAX_BACKOFF_SHIFT: u32 = 6;
 
 /// A queued chunk and how much of it the kernel already took.
 pub(super) struct Pending {
@@ -136,11 +139,18 @@ impl State {
             .take(MAX_IOV)
             .map(|p| IoSlice::new(p.rest(py)))
             .collect();
+        let given: usize = slices.iter().map(|b| b.len()).sum();
         let res = sock::send_vectored(fd, &slices);
         drop(slices);
         let done = match res {
-            Ok(n) => self.took(n),
-            Err(_) => Sent::default(),
+            Ok(n) => {
+                self.full = n < given;
+                self.took(n)
+            }
+            Err(ref e) => {
+                self.full = would_block(e);
+                Sent::default()
+            }
         };
         (res, done)
     }
@@ -207,9 +217,10 @@ impl StreamCore {
             // Gathering is only for bytes that cannot make flow control differ from
             // asyncio's: while the buffer stays at or under the high-water mark, or while
             // a send is in flight (the kernel has refused nothing yet; asyncio's buffer is
-            // not empty either).
+            // not empty either), or while the socket is full (asyncio's write() only
+            // appends to a buffer that waits for writability).
             let within = !s.base.marks.above_high(s.queued + left);
-            let gather = s.send_token.is_some() || within;
+            let gather = s.send_token.is_some() || within || s.full;
             s.queued += left;
             s.queue.push_back(Pending {
                 chunk,
@@ -243,17 +254,73 @@ impl StreamCore {
     pub(super) fn flush_ring(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        this.state.with(py, |s| {
+        let watch = this.state.with(py, |s| {
             s.flush_scheduled = false;
             if s.send_token.is_some() || s.queue.is_empty() || s.base.conn_lost > 0 {
-                return;
+                return false;
+            }
+            if s.full {
+                // Wait for `poll` to call the socket writable (`State::full`).
+                let watch = !s.write_watch && !s.write_timer;
+                s.write_watch |= watch;
+                return watch;
             }
             // The iovecs are built straight into the header's reused vector; the core
             // only stores the owner and queues the send (no Python code runs here).
             let msg = s.hdr.point_at(s.queue.iter().map(|p| p.rest(py)));
+            s.sending = s.queue.iter().take(MAX_IOV).map(|p| p.left).sum();
             let owner = slf.clone().into_any().unbind();
             s.send_token = Some(this.loop_.send_submit(py, this.fd, msg, owner, sent_hook));
+            false
         });
+        if watch {
+            let cb = slf.getattr(intern!(py, "_write_ready"))?.unbind();
+            if let Err(e) = this
+                .loop_
+                .add_watcher(py, this.fd, Side::Write, cb, Args::Zero)
+            {
+                this.state.with(py, |s| s.write_watch = false);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The fd's writer ran (or its timer fired) for a full socket: send with the next
+    /// wait if `poll` now calls it writable, as asyncio's selector would.
+    pub(super) fn write_ready(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        this.stop_writing(py)?;
+        let live = this.state.with(py, |s| {
+            s.write_timer = false;
+            s.base.conn_lost == 0 && !s.aborted && s.base.shell.is_some() && !s.queue.is_empty()
+        });
+        if !live {
+            return Ok(());
+        }
+        if sock::writable_now(this.fd) {
+            this.state.with(py, |s| {
+                s.full = false;
+                s.refused = 0;
+            });
+            this.schedule_flush(slf);
+            return Ok(());
+        }
+        // Still full: woken for another reason. On io_uring, the peer's half-close: its
+        // polls report that (EPOLLRDHUP) to every poll on the socket, so the writer would
+        // run again at once, every iteration, a busy loop. Look again on a doubling timer
+        // instead (1 to 64 ms); any progress starts over.
+        let refused = this.state.with(py, |s| {
+            s.refused += 1;
+            s.write_timer = true;
+            s.refused
+        });
+        let delay = 0.001 * f64::from(1u32 << (refused - 1).min(MAX_BACKOFF_SHIFT));
+        let again = slf.getattr(intern!(py, "_write_ready"))?;
+        this.loop_
+            .obj()
+            .call_method1(py, intern!(py, "call_later"), (delay, again))?;
         Ok(())
     }
 
@@ -282,6 +349,7 @@ impl StreamCore {
                 return None;
             }
             s.send_token = None;
+            s.full = (result as usize) < s.sending;
             Some((s.took(result as usize), !s.queue.is_empty()))
         });
         let Some((chunks, more)) = sent else {
@@ -310,7 +378,7 @@ impl StreamCore {
                 );
             }
             let done = if result > 0 {
-                s.refused = 0;
+                s.full = (result as usize) < s.sending;
                 s.took(result as usize)
             } else {
                 Sent::default()
@@ -324,23 +392,9 @@ impl StreamCore {
         if result < 0 {
             let code = -result;
             if code == libc::EAGAIN || code == libc::EINTR {
-                let refused = this.state.with(py, |s| {
-                    s.refused += 1;
-                    s.refused
-                });
-                if refused <= REFUSED_AT_ONCE {
-                    this.schedule_flush(slf);
-                    return Ok(());
-                }
-                // A ring send waits for room inside the kernel, except on a connection
-                // whose peer half-closed: io_uring's polls always report that (EPOLLRDHUP),
-                // so the send comes back at once, every iteration, a busy loop. Retry on a
-                // doubling timer instead (1 to 64 ms); any progress starts over.
-                let delay = 0.001 * f64::from(1u32 << (refused - REFUSED_AT_ONCE - 1).min(6));
-                let flush = slf.getattr(intern!(py, "_flush"))?;
-                this.loop_
-                    .obj()
-                    .call_method1(py, intern!(py, "call_later"), (delay, flush))?;
+                // Full (`State::full`): the next send waits for writability.
+                this.state.with(py, |s| s.full |= code == libc::EAGAIN);
+                this.schedule_flush(slf);
                 return Ok(());
             }
             return this.write_failed(py, &io::Error::from_raw_os_error(code));
