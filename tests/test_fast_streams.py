@@ -335,6 +335,44 @@ def test_writer_calls_what_getattr_finds_on_the_transport_as_its_class_changes()
         loop.close()
 
 
+class SlotsTransport:
+    """A transport with no ``__dict__``: its methods are only the class's."""
+
+    __slots__ = ("closed", "written")
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+
+    def write(self, data) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_writer_over_a_transport_without_a_dict_calls_its_class_methods():
+    loop = rsloop.new_event_loop()
+    try:
+        transport = SlotsTransport()
+        w = rsloop.StreamWriter(transport, OpenProtocol(), None, loop)
+        for _ in range(2):
+            w.write(b"a")
+            with pytest.raises(StopIteration):
+                w.drain().send(None)
+        assert transport.written == [b"a", b"a"]
+        transport.closed = True
+        op = w.drain()
+        assert op.send(None) is None  # closing: asyncio's drain sleeps once
+        op.close()
+        assert sys.exc_info() == (None, None, None)
+    finally:
+        loop.close()
+
+
 def test_stream_waits_use_the_loops_create_future_and_its_futures():
     """A read that waits takes its waiter from ``loop.create_future()``: a loop class
     that overrides it (and hands out a Future subclass) is obeyed, before and after the

@@ -178,7 +178,7 @@ impl OwnMethods {
 /// Whether `getattr(obj, name)` is `obj.__dict__[name]` for instances of `ty` that have the
 /// key, for every name in `names`.
 fn is_plain(ty: &Bound<'_, PyType>, names: &[&str]) -> PyResult<bool> {
-    if !generic_getattr(ty) {
+    if !generic_getattr(ty) || !has_dict(ty) {
         return Ok(false);
     }
     let py = ty.py();
@@ -219,6 +219,14 @@ fn generic_getattr(ty: &Bound<'_, PyType>) -> bool {
         )
     };
     ours.is_some() && ours.map(|f| f as usize) == objects.map(|f| f as usize)
+}
+
+/// Whether the type's instances have a `__dict__` (a class whose bases all define
+/// `__slots__` and that defines them too has none: looking there would only raise).
+fn has_dict(ty: &Bound<'_, PyType>) -> bool {
+    // SAFETY: the GIL is held and `ty` is live; `tp_dictoffset` is a field of every type
+    // object (0: no instance dict; negative for a dict CPython places itself), only read.
+    unsafe { (*ty.as_type_ptr()).tp_dictoffset != 0 }
 }
 
 /// Whether objects of type `ty`, as class attributes, are data descriptors.
