@@ -215,7 +215,11 @@ def test_waiting_read_wakes_on_feed_and_a_second_reader_is_refused():
     rsloop.run(main())
 
 
-class RecordingTransport:
+class _TransportMethods:
+    """What a writer calls on its transport, recorded; no state of its own."""
+
+    __slots__ = ()
+
     def __init__(self) -> None:
         self.written: list[bytes] = []
         self.closed = False
@@ -228,6 +232,10 @@ class RecordingTransport:
 
     def close(self) -> None:
         self.closed = True
+
+
+class RecordingTransport(_TransportMethods):
+    """Keeps its state in a ``__dict__``."""
 
 
 class OpenProtocol(asyncio.Protocol):
@@ -335,23 +343,10 @@ def test_writer_calls_what_getattr_finds_on_the_transport_as_its_class_changes()
         loop.close()
 
 
-class SlotsTransport:
+class SlotsTransport(_TransportMethods):
     """A transport with no ``__dict__``: its methods are only the class's."""
 
     __slots__ = ("closed", "written")
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.closed = False
-
-    def write(self, data) -> None:
-        self.written.append(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def test_writer_over_a_transport_without_a_dict_calls_its_class_methods():
