@@ -772,3 +772,38 @@ def scale(session: nox.Session) -> None:
     session.run(
         "python", "demo/scale_http.py", "--plot", str(img / f"scale-http{suffix}.png"), *http
     )
+
+
+# CPython 3.14 and 3.15 from Debian sid, in a chroot (scripts/sid-chroot; root, about two
+# minutes the first time): the interpreters new users install, with CPython's own tests.
+SID_PYTHONS = ["3.14", "3.15"]
+
+
+def _sid(session: nox.Session, version: str, *cmd: str, env: dict | None = None) -> None:
+    session.run(
+        "bash", "scripts/sid-chroot", "run", "bash", "scripts/sid-venv", version, *cmd,
+        external=True, env=env,
+    )  # fmt: skip
+
+
+@nox.session(python=False)
+def sid(session: nox.Session) -> None:
+    """The suite on CPython 3.14 and 3.15 from Debian sid (every backend, asyncio's own
+    loop included), then CPython's own test_asyncio of that version on both drivers and
+    on the stdlib loop (the control, same interpreter and harness). Each run prints the
+    interpreter it ran. `-- 3.15` picks a version; `-- tests` or `-- conformance` a part;
+    `-- ci` leaves out the suite's second, debug-mode pass."""
+    args = set(session.posargs)
+    versions = [v for v in SID_PYTHONS if v in args] or SID_PYTHONS
+    parts = [p for p in ("tests", "conformance") if p in args] or ["tests", "conformance"]
+    session.run("bash", "scripts/sid-chroot", "setup", external=True)
+    runner = "tests/conformance/run_cpython.py"
+    for version in versions:
+        if "tests" in parts:
+            _sid(session, version, "python", "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider")
+            if "ci" not in args:
+                _sid(session, version, "python", "-m", "pytest", "tests", "-x", "-q",
+                     "-p", "no:cacheprovider", env={"PYTHONASYNCIODEBUG": "1"})  # fmt: skip
+        if "conformance" in parts:
+            for backend in ("asyncio", *BACKENDS):
+                _sid(session, version, "python", runner, "--backend", backend)
