@@ -23,6 +23,17 @@ from ._rsloop import set_malloc_thresholds as _set_malloc_thresholds
 from ._sock import SockMixin
 from ._unix import UnixMixin
 
+# asyncio's handle for call_soon_threadsafe(), where it has one (3.14+).
+_ThreadSafeHandle = getattr(events, "_ThreadSafeHandle", None)
+_native_call_soon_threadsafe = _NativeLoop.call_soon_threadsafe
+
+
+def _run_threadsafe_handle(handle) -> None:
+    # The loop's check, as asyncio's _run_once makes it; the handle checks again.
+    if not handle._cancelled:
+        handle._run()
+
+
 __all__ = ["Loop"]
 
 # asyncio's stream functions build rsloop's reader and writer on native loops (unless
@@ -118,6 +129,23 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
     def _check_closed(self) -> None:
         if self.is_closed():
             raise RuntimeError("Event loop is closed")
+
+    if _ThreadSafeHandle is not None:
+
+        def call_soon_threadsafe(self, callback, *args, context=None):
+            """Like call_soon(), but safe to call from another thread.
+
+            Where asyncio has ``events._ThreadSafeHandle`` (3.14+, probed), the handle is
+            that class, as asyncio's loop returns: its ``cancel()`` from another thread
+            waits for a callback that already started, and its run checks cancellation
+            again under its lock. The native queue runs it.
+            """
+            self._check_closed()
+            if self.get_debug():
+                _format.check_callback(callback, "call_soon_threadsafe")
+            handle = _ThreadSafeHandle(callback, args, self, context)
+            _native_call_soon_threadsafe(self, _run_threadsafe_handle, handle)
+            return handle
 
     def _check_running(self) -> None:
         if self.is_running():

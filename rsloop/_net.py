@@ -79,9 +79,14 @@ class NetMixin:
 
     _ensure_fd_no_transport = _Selector._ensure_fd_no_transport
 
-    def _make_socket_transport(self, sock, protocol, waiter=None, *, extra=None, server=None):
+    # `context` (asyncio 3.15+): the context the protocol's callbacks run in.
+    def _make_socket_transport(
+        self, sock, protocol, waiter=None, *, extra=None, server=None, context=None
+    ):
         self._ensure_fd_no_transport(sock)
-        return _transports.make_socket_transport(self, sock, protocol, waiter, extra, server)
+        return _transports.make_socket_transport(
+            self, sock, protocol, waiter, extra, server, context
+        )
 
     def _make_ssl_transport(
         self,
@@ -96,6 +101,7 @@ class NetMixin:
         server=None,
         ssl_handshake_timeout=None,
         ssl_shutdown_timeout=None,
+        context=None,
     ):
         from asyncio import sslproto
 
@@ -106,7 +112,9 @@ class NetMixin:
         ssl_protocol = sslproto.SSLProtocol(
             self, protocol, sslcontext, waiter, server_side, server_hostname, **kwargs
         )
-        _transports.make_socket_transport(self, rawsock, ssl_protocol, extra=extra, server=server)
+        _transports.make_socket_transport(
+            self, rawsock, ssl_protocol, extra=extra, server=server, context=context
+        )
         return ssl_protocol._app_transport
 
     def _make_datagram_transport(self, sock, protocol, address=None, waiter=None, extra=None):
@@ -116,10 +124,18 @@ class NetMixin:
     # ----- servers: one multishot accept per listening socket, on every native driver -----
 
     def _start_serving(
-        self, protocol_factory, sock, sslcontext=None, server=None, backlog=100, *timeouts
+        self,
+        protocol_factory,
+        sock,
+        sslcontext=None,
+        server=None,
+        backlog=100,
+        *timeouts,
+        context=None,
     ) -> None:
         # `timeouts`: the SSL handshake timeout, and the shutdown timeout from 3.11 on, as
-        # this Python's asyncio passes them on to `_accept_connection2`.
+        # this Python's asyncio passes them on to `_accept_connection2`. `context`: the
+        # server's (asyncio 3.15+), of which each connection gets a copy.
         fd = sock.fileno()
         if fd == -1:
             # Closed before a retry after EMFILE came due (asyncio logs a ValueError).
@@ -127,13 +143,14 @@ class NetMixin:
         # (Stand-in sockets of tests, whose fileno() is no int, take asyncio's path.)
         if type(fd) is int and sock.type == socket.SOCK_STREAM:
             acceptor = _Acceptor(
-                self, protocol_factory, sock, sslcontext, server, backlog, timeouts
+                self, protocol_factory, sock, sslcontext, server, backlog, timeouts, context
             )
             acceptor.start()
             self._acceptors[sock] = acceptor
             return
+        kwargs = {} if context is None else {"context": context}
         _Selector._start_serving(
-            self, protocol_factory, sock, sslcontext, server, backlog, *timeouts
+            self, protocol_factory, sock, sslcontext, server, backlog, *timeouts, **kwargs
         )
 
     _accept_connection = _Selector._accept_connection
@@ -196,9 +213,12 @@ class _Acceptor:
         "_timeouts",
         "_token",
         "_context",
+        "_given",
     )
 
-    def __init__(self, loop, protocol_factory, sock, sslcontext, server, backlog, timeouts):
+    def __init__(
+        self, loop, protocol_factory, sock, sslcontext, server, backlog, timeouts, context
+    ):
         self._loop = loop
         self._factory = protocol_factory
         self._sock = sock
@@ -207,9 +227,13 @@ class _Acceptor:
         self._backlog = backlog
         self._timeouts = timeouts
         self._token: int | None = None
-        # asyncio's reader handle copies the context of `_start_serving`'s caller, and
-        # each connection's task copies that: the protocol factory sees its contextvars.
-        self._context = contextvars.copy_context()
+        # The server's context, given by asyncio 3.15+: each connection runs in a copy of
+        # it, its task and its transport's callbacks alike.
+        self._given = context
+        # Before 3.15, asyncio's reader handle copies the context of `_start_serving`'s
+        # caller, and each connection's task copies that: the protocol factory sees its
+        # contextvars.
+        self._context = contextvars.copy_context() if context is None else context
 
     def start(self) -> None:
         """Arms the accept."""
@@ -244,10 +268,31 @@ class _Acceptor:
             logger.debug(
                 "%r got a new connection from %r: %r", self._server, extra.get("peername"), conn
             )
+        if self._given is not None:
+            conn_context = self._given.copy()
+            coro = loop._accept_connection2(
+                self._factory,
+                conn,
+                extra,
+                self._sslcontext,
+                self._server,
+                *self._timeouts,
+                context=conn_context,
+            )
+            loop.create_task(coro, context=conn_context)
+            return
         coro = loop._accept_connection2(
             self._factory, conn, extra, self._sslcontext, self._server, *self._timeouts
         )
         self._context.run(loop.create_task, coro)
+
+    def _restart(self) -> None:
+        """``loop._start_serving`` again for this socket, as asyncio calls it."""
+        args = (self._factory, self._sock, self._sslcontext, self._server, self._backlog)
+        if self._given is not None:
+            self._loop._start_serving(*args, *self._timeouts, context=self._given)
+        else:
+            self._context.run(self._loop._start_serving, *args, *self._timeouts)
 
     def _ended(self, code: int) -> None:
         """The kernel ended the accept with ``-code``: what asyncio does when ``accept()``
@@ -261,10 +306,9 @@ class _Acceptor:
         loop._accept_stop(token)
         if loop._acceptors.get(sock) is self:
             del loop._acceptors[sock]
-        args = (self._factory, sock, self._sslcontext, self._server, self._backlog, *self._timeouts)
         if code in (errno.EAGAIN, errno.EINTR, errno.ECONNABORTED):
             # asyncio's "accept buffer empty" errors: go on accepting.
-            self._context.run(loop._start_serving, *args)
+            self._restart()
             return
         exc = OSError(code, os.strerror(code))
         if code in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
@@ -275,9 +319,7 @@ class _Acceptor:
                     "socket": trsock.TransportSocket(sock),
                 }
             )
-            loop.call_later(
-                constants.ACCEPT_RETRY_DELAY, loop._start_serving, *args, context=self._context
-            )
+            loop.call_later(constants.ACCEPT_RETRY_DELAY, self._restart)
             return
         # asyncio lets the error reach the loop's handler from its reader callback (which
         # stays installed): the same here, accepting on; unless the socket cannot accept at
@@ -285,5 +327,5 @@ class _Acceptor:
         # (A kernel without multishot accept is the driver's business: it accepts by
         # readiness itself.)
         if code not in (errno.EBADF, errno.ENOTSOCK, errno.EINVAL):
-            self._context.run(loop._start_serving, *args)
+            self._restart()
         raise exc

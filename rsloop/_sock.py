@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import inspect
 import io
 import os
 import socket
@@ -208,6 +209,22 @@ def _check_sendfile_args(sock: Any, file: Any, offset: Any, count: Any) -> None:
         raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
 
 
+def _probe_seek_always() -> bool:
+    """Whether the running asyncio leaves the file at the transfer's end even when
+    nothing was sent (3.14+: its ``_sock_sendfile_update_filepos`` takes no
+    ``total_sent``); before, only a transfer that sent something moves it."""
+    try:
+        from asyncio import unix_events
+
+        update = unix_events._UnixSelectorEventLoop._sock_sendfile_update_filepos
+        return "total_sent" not in inspect.signature(update).parameters
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return False
+
+
+_SEEK_ALWAYS = _probe_seek_always()
+
+
 class _OsSendfile:
     """One ``os.sendfile`` transfer driven by writability, as unix_events does it.
 
@@ -231,7 +248,7 @@ class _OsSendfile:
         self.total_sent = 0
 
     def _finish(self, exc: BaseException | None = None) -> None:
-        if self.total_sent > 0:
+        if self.total_sent > 0 or _SEEK_ALWAYS:
             os.lseek(self.fileno, self.offset, os.SEEK_SET)
         if exc is None:
             self.fut.set_result(self.total_sent)
@@ -241,7 +258,7 @@ class _OsSendfile:
     def step(self, from_watcher: bool = False) -> None:
         fut = self.fut
         if fut.cancelled():
-            if self.total_sent > 0:
+            if self.total_sent > 0 or _SEEK_ALWAYS:
                 os.lseek(self.fileno, self.offset, os.SEEK_SET)
             return
         if fut.done():
@@ -494,7 +511,7 @@ class SockMixin:
 
     async def _sock_sendfile_copy(self, sock, file, offset, count):
         """sock_sendfile without os.sendfile: read in the executor, sock_sendall."""
-        if offset:
+        if offset or (_SEEK_ALWAYS and hasattr(file, "seek")):
             file.seek(offset)
         chunk = constants.SENDFILE_FALLBACK_READBUFFER_SIZE
         blocksize = min(count, chunk) if count else chunk

@@ -20,6 +20,7 @@ reads) is ``_NativeTransport``, as asyncio's is ``_SelectorTransport``.
 
 from __future__ import annotations
 
+import collections
 import socket
 import sys
 import warnings
@@ -29,10 +30,11 @@ from asyncio.log import logger
 from ._compat import PY311, PY313
 
 try:
-    from ._rsloop import DatagramCore, StreamCore
+    from ._rsloop import DatagramCore, StreamCore, set_asyncio_behaviour
 except ImportError:  # pragma: no cover - no native transport cores on this platform
     StreamCore = None  # type: ignore[assignment,misc]
     DatagramCore = None  # type: ignore[assignment,misc]
+    set_asyncio_behaviour = None  # type: ignore[assignment]
 
 __all__ = [
     "DatagramTransport",
@@ -62,6 +64,49 @@ _HOT = (
     "get_write_buffer_limits",
     "set_write_buffer_limits",
 )
+
+
+def _probe_write_type_error() -> str:
+    """The running asyncio's ``write()`` text for a non-bytes argument, before ``, not
+    'int'`` (3.14 names the three accepted types); empty if it cannot be read. The type
+    check is the method's first statement on every version, so no transport is needed."""
+    try:
+        selector_events._SelectorSocketTransport.write(None, 0)  # type: ignore[attr-defined]
+    except TypeError as exc:
+        text = str(exc)
+        if text.endswith(", not 'int'"):
+            return text[: -len(", not 'int'")]
+    except Exception:  # noqa: BLE001 - another first statement: keep the default text
+        pass
+    return ""
+
+
+class _WritelinesProbe:
+    # What asyncio's writelines() reads before it converts the items.
+    _eof = False
+    _empty_waiter = None
+    _conn_lost = 0
+
+    def __init__(self) -> None:
+        self._buffer: list = []
+
+
+def _probe_writelines_skips_empty() -> bool:
+    """Whether the running asyncio's ``writelines()`` leaves out empty items (3.14+:
+    ``memoryview(data) for data in list_of_data if data``) rather than failing on them:
+    asked of asyncio's method on a stand-in with nothing queued, which returns at once
+    when every item is left out."""
+    try:
+        selector_events._SelectorSocketTransport.writelines(_WritelinesProbe(), [None])  # type: ignore[attr-defined]
+    except TypeError:
+        return False
+    except Exception:  # noqa: BLE001 - not this version's shape: the older behaviour
+        return False
+    return True
+
+
+if set_asyncio_behaviour is not None:
+    set_asyncio_behaviour(_probe_write_type_error(), _probe_writelines_skips_empty())
 
 
 def _server_attach(server, transport) -> None:
@@ -144,7 +189,10 @@ class _NativeTransport(transports._FlowControlMixin):  # type: ignore[name-defin
     _sock: socket.socket | None = None
     _server = None
 
-    def __init__(self, loop, sock, protocol, waiter=None, extra=None, server=None):
+    def __init__(self, loop, sock, protocol, waiter=None, extra=None, server=None, context=None):
+        # `context` (asyncio 3.15+ passes one for stream transports): the protocol's
+        # callbacks run in it, as asyncio's `_SelectorTransport._call_soon` and its fd
+        # watchers do; None, as before 3.15, gives each a copy of the current context.
         # Not _FlowControlMixin.__init__: its water marks and paused flag live in the core.
         transports.BaseTransport.__init__(self, extra)
         self._extra["socket"] = trsock.TransportSocket(sock)
@@ -160,19 +208,19 @@ class _NativeTransport(transports._FlowControlMixin):  # type: ignore[name-defin
         self._sock = sock
         self._sock_fd = fd = sock.fileno()
         self._loop = loop
-        self._core = core = self._make_core(loop, sock, fd, protocol)
+        self._core = core = self._make_core(loop, sock, fd, protocol, context)
         self._server = server
         if server is not None:
             _server_attach(server, self)
         loop._transports[fd] = self
         base_events._set_nodelay(sock)  # TCP only: other sockets are left alone
-        loop.call_soon(protocol.connection_made, self)
+        loop.call_soon(protocol.connection_made, self, context=context)
         # Reading starts once connection_made() has run.
-        loop.call_soon(core._start_reading)
+        loop.call_soon(core._start_reading, context=context)
         if waiter is not None:
-            loop.call_soon(futures._set_result_unless_cancelled, waiter, None)
+            loop.call_soon(futures._set_result_unless_cancelled, waiter, None, context=context)
 
-    def _make_core(self, loop, sock, fd, protocol):
+    def _make_core(self, loop, sock, fd, protocol, context):
         raise NotImplementedError
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -265,8 +313,8 @@ class SocketTransport(_NativeTransport):
     _sendfile_compatible = constants._SendfileMode.TRY_NATIVE
     _hot = _HOT
 
-    def _make_core(self, loop, sock, fd, protocol):
-        return StreamCore(loop, self, fd, protocol)
+    def _make_core(self, loop, sock, fd, protocol, context):
+        return StreamCore(loop, self, fd, protocol, context)
 
     @property
     def _eof(self) -> bool:
@@ -314,12 +362,14 @@ class _SelectorSocketTransport(selector_events._SelectorSocketTransport):  # typ
         return _describe(self)
 
 
-def make_socket_transport(loop, sock, protocol, waiter=None, extra=None, server=None):
+def make_socket_transport(loop, sock, protocol, waiter=None, extra=None, server=None, context=None):
     """A stream transport: the native one where this platform has it, asyncio's for a
-    socket that overrides its I/O methods (asyncio's transports call them)."""
+    socket that overrides its I/O methods (asyncio's transports call them). ``context``
+    is what asyncio 3.15+ hands ``_make_socket_transport``; it is never given earlier."""
     if StreamCore is None or _overrides(sock, _STREAM_IO):
-        return _SelectorSocketTransport(loop, sock, protocol, waiter, extra, server)
-    return SocketTransport(loop, sock, protocol, waiter, extra, server)
+        kwargs = {} if context is None else {"context": context}
+        return _SelectorSocketTransport(loop, sock, protocol, waiter, extra, server, **kwargs)
+    return SocketTransport(loop, sock, protocol, waiter, extra, server, context)
 
 
 # The datagram transport's methods bound straight to the native core. 3.10's datagram
@@ -338,10 +388,53 @@ _DATAGRAM_HOT = (
 ) + (("is_reading", "pause_reading", "resume_reading") if PY311 else ())
 
 # What changed in asyncio's datagram transport: 3.13 sends empty datagrams (earlier ones
-# drop them) and counts 8 header bytes per queued datagram in get_write_buffer_size();
-# 3.11 and 3.12 keep a counter without them; 3.10 sums the queued bytes.
+# drop them) and counts 8 header bytes per queued datagram in get_write_buffer_size(),
+# but takes them off on sending only from 3.14 (its `_header_size`, probed); 3.11 and
+# 3.12 keep a counter without them; 3.10 sums the queued bytes.
 _DATAGRAM_ALLOW_EMPTY = PY313
-_DATAGRAM_SIZE_HEADER = 8 if PY313 else 0 if PY311 else None
+_HEADER_BOTH_WAYS = getattr(selector_events._SelectorDatagramTransport, "_header_size", None)  # type: ignore[attr-defined]
+_DATAGRAM_SIZE_HEADER = (
+    _HEADER_BOTH_WAYS if _HEADER_BOTH_WAYS is not None else 8 if PY313 else 0 if PY311 else None
+)
+_DATAGRAM_SIZE_HEADER_OUT = _HEADER_BOTH_WAYS or 0
+
+
+class _ForceCloseProbe:
+    # What asyncio's _SelectorTransport._force_close() reads and calls.
+    _conn_lost = 0
+    _closing = True
+    _sock_fd = -1
+
+    def __init__(self) -> None:
+        self._buffer = collections.deque([b"x"])
+        self._buffer_size = 9
+        self._loop = self
+
+    def _remove_writer(self, fd) -> None:
+        pass
+
+    def _remove_reader(self, fd) -> None:
+        pass
+
+    def call_soon(self, *args, **kwargs) -> None:
+        pass
+
+    _call_soon = call_soon
+    _call_connection_lost = call_soon
+
+
+def _probe_force_close_resets_size() -> bool:
+    """Whether the running asyncio's forced close sets the write-buffer counter back to
+    0 when it drops a queue (3.15+), asked of its own ``_force_close`` on a stand-in."""
+    probe = _ForceCloseProbe()
+    try:
+        selector_events._SelectorTransport._force_close(probe, None)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - another shape: the older behaviour
+        return False
+    return probe._buffer_size == 0
+
+
+_DATAGRAM_SIZE_RESET_ON_DROP = _probe_force_close_resets_size()
 
 
 class DatagramTransport(_NativeTransport, transports.DatagramTransport):  # type: ignore[name-defined,misc]
@@ -358,7 +451,8 @@ class DatagramTransport(_NativeTransport, transports.DatagramTransport):  # type
         self._address = address
         super().__init__(loop, sock, protocol, waiter, extra)
 
-    def _make_core(self, loop, sock, fd, protocol):
+    def _make_core(self, loop, sock, fd, protocol, context):
+        # (asyncio gives datagram transports no context, up to 3.15 at least.)
         address = self._address
         return DatagramCore(
             loop,
@@ -371,6 +465,8 @@ class DatagramTransport(_NativeTransport, transports.DatagramTransport):  # type
             bool(self._extra["peername"]),
             _DATAGRAM_ALLOW_EMPTY,
             _DATAGRAM_SIZE_HEADER,
+            _DATAGRAM_SIZE_HEADER_OUT,
+            _DATAGRAM_SIZE_RESET_ON_DROP,
         )
 
     @property

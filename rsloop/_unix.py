@@ -270,10 +270,27 @@ class UnixMixin:
             os.close(pidfd)
         self._children.pop(pid, None)
         returncode = _wait_exit_status(pid)
-        self.call_soon(transp._process_exited, returncode)  # type: ignore[attr-defined]
+        if _PUBLISH_AT_REAP:
+            # As asyncio 3.14+ (gh-127049): the exit is published as the child is reaped,
+            # so send_signal() never finds a reaped (maybe reused) pid still running.
+            transp._process_exited(returncode)
+        else:
+            self.call_soon(transp._process_exited, returncode)  # type: ignore[attr-defined]
         self._virtual_work(-1)  # type: ignore[attr-defined]
 
     def _wait_child_thread(self, pid: int, transp) -> None:
+        if _PUBLISH_AT_REAP and hasattr(os, "waitid"):
+            # Wait without reaping; the loop's thread reaps and publishes in one step.
+            try:
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                pass  # reaped elsewhere: the loop's waitpid reports 255
+            try:
+                self.call_soon_threadsafe(self._child_exited, pid, None, transp)  # type: ignore[attr-defined]
+            except RuntimeError:
+                _wait_exit_status(pid)  # the loop closed meanwhile: reap it here
+                self._children.pop(pid, None)
+            return
         returncode = _wait_exit_status(pid)
         self._children.pop(pid, None)
         try:
@@ -281,6 +298,36 @@ class UnixMixin:
         except RuntimeError:
             pass  # the loop closed meanwhile; the child is reaped all the same
         self._virtual_work(-1)  # type: ignore[attr-defined]
+
+
+class _Published:
+    def __init__(self) -> None:
+        self.now = False
+
+    def _process_exited(self, returncode) -> None:
+        self.now = True
+
+    def call_soon_threadsafe(self, *args, **kwargs) -> None:
+        pass
+
+    call_soon = call_soon_threadsafe
+
+
+def _probe_publish_at_reap() -> bool:
+    """Whether the running asyncio publishes a child's exit in the step that reaps it
+    (3.14+, gh-127049), asked of its own ``_child_watcher_callback`` on stand-ins: it then
+    calls the transport at once instead of scheduling the call."""
+    if _Unix is None:
+        return False
+    seen = _Published()
+    try:
+        _Unix._child_watcher_callback(seen, 1, 0, seen)
+    except Exception:  # noqa: BLE001 - another shape: the older behaviour
+        return False
+    return seen.now
+
+
+_PUBLISH_AT_REAP = _probe_publish_at_reap()
 
 
 def _wait_exit_status(pid: int) -> int:

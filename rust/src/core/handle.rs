@@ -78,17 +78,24 @@ impl LoopHandle {
         &self.obj
     }
 
-    /// `call_soon(callback, *args)` for the transports: no debug checks on the callback,
-    /// which is the transport's own.
-    pub fn call_soon(&self, py: Python<'_>, callback: Py<PyAny>, args: Args) -> PyResult<()> {
+    /// `call_soon(callback, *args, context=context)` for the transports: no debug checks
+    /// on the callback, which is the transport's own.
+    pub fn call_soon(
+        &self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: Args,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
         let core = &self.core;
         core.check_closed()?;
-        let handle = core.make_handle(py, callback, args, None, core.debug())?;
+        let handle = core.make_handle(py, callback, args, context, core.debug())?;
         core.push_ready(py, handle);
         Ok(())
     }
 
-    /// `add_reader(fd, callback, *args)` / `add_writer`.
+    /// `add_reader(fd, callback, *args)` / `add_writer` for the transports; the callback
+    /// runs in `context` (3.15's transport context), or in a copy of the current one.
     pub fn add_watcher(
         &self,
         py: Python<'_>,
@@ -96,19 +103,35 @@ impl LoopHandle {
         side: Side,
         callback: Py<PyAny>,
         args: Args,
+        context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
         let fileobj = PyInt::new(py, fd).into_any().unbind();
         self.core
-            .add_watcher_checked(py, fileobj, fd, side, callback, args)
+            .add_watcher_as(py, fileobj, fd, side, callback, args, false, context)
     }
 
     /// A TCP transport's reader on `fd`, armed once for every readiness (see
     /// `core/watchers.rs`): the callback must call [`read_again`](Self::read_again) after a
     /// read that may have left data in the socket.
-    pub fn add_stream_reader(&self, py: Python<'_>, fd: i32, callback: Py<PyAny>) -> PyResult<()> {
+    pub fn add_stream_reader(
+        &self,
+        py: Python<'_>,
+        fd: i32,
+        callback: Py<PyAny>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
         let fileobj = PyInt::new(py, fd).into_any().unbind();
         self.core
-            .add_watcher_as(py, fileobj, fd, Side::Read, callback, Args::Zero, true)
+            .add_watcher_as(
+                py,
+                fileobj,
+                fd,
+                Side::Read,
+                callback,
+                Args::Zero,
+                true,
+                context,
+            )
             .map(drop)
     }
 
@@ -222,6 +245,7 @@ impl LoopCore {
 
     /// A watcher on `fd` (the number `fileobj` gave), after the checks `add_reader` makes:
     /// the loop is open, and an fd not watched yet is one the driver can poll.
+    #[allow(clippy::too_many_arguments)]
     pub fn add_watcher_checked(
         &self,
         py: Python<'_>,
@@ -230,8 +254,9 @@ impl LoopCore {
         side: Side,
         callback: Py<PyAny>,
         args: Args,
+        context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        self.add_watcher_as(py, fileobj, fd, side, callback, args, false)
+        self.add_watcher_as(py, fileobj, fd, side, callback, args, false, context)
     }
 
     // `add_watcher_checked`, armed as one multishot poll when `multi` (see
@@ -246,6 +271,7 @@ impl LoopCore {
         callback: Py<PyAny>,
         args: Args,
         multi: bool,
+        context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
         self.check_closed()?;
         let already = self
@@ -254,7 +280,7 @@ impl LoopCore {
         if !already {
             crate::sys::fd_check_pollable(fd).map_err(|e| os_error(&e))?;
         }
-        self.install_watcher(py, fileobj, fd, side, callback, args, multi)
+        self.install_watcher(py, fileobj, fd, side, callback, args, multi, context)
     }
 
     /// [`add_watcher_checked`](Self::add_watcher_checked) for an fd known to be pollable:
@@ -269,7 +295,7 @@ impl LoopCore {
         callback: Py<PyAny>,
         args: Args,
     ) -> PyResult<Py<Handle>> {
-        self.install_watcher(py, fileobj, fd, side, callback, args, false)
+        self.install_watcher(py, fileobj, fd, side, callback, args, false, None)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -282,10 +308,11 @@ impl LoopCore {
         callback: Py<PyAny>,
         args: Args,
         multi: bool,
+        context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
         self.check_closed()?;
         let debug = self.debug();
-        let handle = self.make_handle(py, callback, args, None, debug)?;
+        let handle = self.make_handle(py, callback, args, context, debug)?;
         // A queue's handle is left out of the collector's walks while it waits its turn;
         // a watcher's lives as long as its watcher, and a cycle through its callback (a
         // reader's bound method on an object that holds the loop) must stay collectable.

@@ -251,30 +251,47 @@ impl Loop {
 
     /// `add_reader` returning the handle (asyncio's private `_add_reader`): the `sock_*`
     /// methods remove a watcher only while it is still theirs.
-    #[pyo3(signature = (fd, callback, *args))]
+    /// `context`: the handle runs in it (asyncio 3.15's transports pass theirs).
+    #[pyo3(signature = (fd, callback, *args, context=None))]
     fn _add_reader(
         &self,
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,
         callback: Py<PyAny>,
         args: Bound<'_, PyTuple>,
+        context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        self.add_watcher(py, fd, Side::Read, callback, Args::from_tuple(args))
+        self.add_watcher_in(
+            py,
+            fd,
+            Side::Read,
+            callback,
+            Args::from_tuple(args),
+            context,
+        )
     }
 
     fn _remove_reader(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.remove_watcher(py, fd, Side::Read)
     }
 
-    #[pyo3(signature = (fd, callback, *args))]
+    #[pyo3(signature = (fd, callback, *args, context=None))]
     fn _add_writer(
         &self,
         py: Python<'_>,
         fd: &Bound<'_, PyAny>,
         callback: Py<PyAny>,
         args: Bound<'_, PyTuple>,
+        context: Option<Py<PyAny>>,
     ) -> PyResult<Py<Handle>> {
-        self.add_watcher(py, fd, Side::Write, callback, Args::from_tuple(args))
+        self.add_watcher_in(
+            py,
+            fd,
+            Side::Write,
+            callback,
+            Args::from_tuple(args),
+            context,
+        )
     }
 
     fn _remove_writer(&self, py: Python<'_>, fd: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -685,10 +702,24 @@ impl Loop {
         callback: Py<PyAny>,
         args: Args,
     ) -> PyResult<Py<Handle>> {
+        self.add_watcher_in(py, fd, side, callback, args, None)
+    }
+
+    /// [`add_watcher`](Self::add_watcher) whose handle runs in `context` (`None`: a copy
+    /// of the current one).
+    pub(super) fn add_watcher_in(
+        &self,
+        py: Python<'_>,
+        fd: &Bound<'_, PyAny>,
+        side: Side,
+        callback: Py<PyAny>,
+        args: Args,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<Py<Handle>> {
         let fileobj = fd.clone().unbind();
         let fd = watchable_fd(fileobj_to_fd(fd)?)?;
         self.core
-            .add_watcher_checked(py, fileobj, fd, side, callback, args)
+            .add_watcher_checked(py, fileobj, fd, side, callback, args, context)
     }
 
     pub(super) fn remove_watcher(

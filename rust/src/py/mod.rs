@@ -48,6 +48,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(unix)]
     m.add_class::<crate::transports::stream::StreamCore>()?;
     #[cfg(unix)]
+    m.add_function(wrap_pyfunction!(
+        crate::transports::stream::set_asyncio_behaviour,
+        m
+    )?)?;
+    #[cfg(unix)]
     m.add_class::<crate::transports::datagram::DatagramCore>()?;
     #[cfg(unix)]
     m.add_class::<streams::StreamOp>()?;

@@ -232,6 +232,12 @@ pub(crate) trait TransportCore {
     /// `_force_close` found bytes queued: drop them (and stop sending them).
     fn drop_queue(&self, py: Python<'_>) -> PyResult<()>;
 
+    /// The context its protocol's callbacks run in, if the transport was given one
+    /// (asyncio 3.15's `context`); `None`: a copy of the current one at scheduling.
+    fn context(&self, _py: Python<'_>) -> Option<Py<PyAny>> {
+        None
+    }
+
     /// The Python transport object (`None` after `connection_lost`).
     fn shell(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.with_base(py, |b, _| b.shell.as_ref().map(|x| x.clone_ref(py)))
@@ -323,11 +329,13 @@ pub(crate) trait TransportCore {
         }
     }
 
-    /// `call_soon(transport._call_connection_lost, exc)`.
+    /// `call_soon(transport._call_connection_lost, exc, context=...)`.
     fn schedule_connection_lost(&self, py: Python<'_>, exc: Py<PyAny>) -> PyResult<()> {
         if let Some(shell) = self.shell(py) {
             let cb = shell.getattr(py, intern!(py, "_call_connection_lost"))?;
-            self.event_loop().call_soon(py, cb, Args::One(exc))?;
+            let context = self.context(py);
+            self.event_loop()
+                .call_soon(py, cb, Args::One(exc), context)?;
         }
         Ok(())
     }

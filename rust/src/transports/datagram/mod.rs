@@ -60,7 +60,8 @@ struct State {
     queue: VecDeque<Queued>,
     /// Bytes in the queue.
     queued: usize,
-    /// asyncio's `_buffer_size` (3.11+): `len(data)` (+ 8 on 3.13) in, bytes out.
+    /// asyncio's `_buffer_size` (3.11+): `len(data)` (+ 8 from 3.13) in, bytes out (+ 8
+    /// from 3.14).
     counter: i64,
     /// Recent peers' address objects: a repeat sender gets the same object, and a reply
     /// to it skips the parsing.
@@ -77,8 +78,14 @@ pub struct DatagramCore {
     /// 3.13+: empty datagrams are sent, not dropped.
     allow_empty: bool,
     /// `None`: the write-buffer size is the queued bytes (3.10); `Some(n)`: asyncio's
-    /// counter, with `n` header bytes per datagram (0 on 3.11/3.12, 8 on 3.13).
+    /// counter, with `n` header bytes per datagram queued (0 on 3.11/3.12, 8 from 3.13).
     size_header: Option<i64>,
+    /// The header bytes the counter gives back per datagram sent: 0 on 3.13, which counts
+    /// them only in; from 3.14 (`_header_size`) as many as it took.
+    size_header_out: i64,
+    /// 3.15+: a forced close (`abort()`, a fatal error) that drops the queue sets the
+    /// counter back to 0; before, it keeps what the queue held.
+    size_reset_on_drop: bool,
     loop_: LoopHandle,
     state: GilCell<State>,
 }
@@ -112,8 +119,12 @@ impl TransportCore for DatagramCore {
 
     /// asyncio clears the deque but not its `_buffer_size` (3.11+).
     fn drop_queue(&self, py: Python<'_>) -> PyResult<()> {
+        let reset = self.size_reset_on_drop;
         let dropped = self.state.with(py, |s| {
             s.queued = 0;
+            if reset && !s.queue.is_empty() {
+                s.counter = 0;
+            }
             std::mem::take(&mut s.queue)
         });
         drop(dropped);
@@ -129,7 +140,8 @@ impl DatagramCore {
             Side::Write => intern!(py, "_sendto_ready"),
         };
         let cb = slf.getattr(name)?.unbind();
-        self.loop_.add_watcher(py, self.fd, side, cb, Args::Zero)?;
+        self.loop_
+            .add_watcher(py, self.fd, side, cb, Args::Zero, None)?;
         if side == Side::Write {
             self.state.with(py, |s| s.writing = true);
         }
@@ -330,7 +342,7 @@ impl DatagramCore {
 #[pymethods]
 impl DatagramCore {
     #[new]
-    #[pyo3(signature = (loop_, shell, sock, fd, family, protocol, address, connected, allow_empty, size_header))]
+    #[pyo3(signature = (loop_, shell, sock, fd, family, protocol, address, connected, allow_empty, size_header, size_header_out=0, size_reset_on_drop=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         loop_: &Bound<'_, PyAny>,
@@ -343,6 +355,8 @@ impl DatagramCore {
         connected: bool,
         allow_empty: bool,
         size_header: Option<i64>,
+        size_header_out: i64,
+        size_reset_on_drop: bool,
     ) -> PyResult<Self> {
         Ok(DatagramCore {
             fd,
@@ -350,6 +364,8 @@ impl DatagramCore {
             connected,
             allow_empty,
             size_header,
+            size_header_out,
+            size_reset_on_drop,
             loop_: LoopHandle::of(loop_)?,
             state: GilCell::new(State {
                 base: Base::new(protocol, shell),
@@ -515,7 +531,7 @@ impl DatagramCore {
                 let q = s.queue.pop_front()?;
                 let n = q.chunk.bytes(py).len();
                 s.queued -= n;
-                s.counter -= n as i64;
+                s.counter -= n as i64 + self.size_header_out;
                 Some(q)
             });
             let Some(item) = item else { break };
@@ -530,7 +546,7 @@ impl DatagramCore {
                     self.state.with(py, |s| {
                         let n = item.chunk.bytes(py).len();
                         s.queued += n;
-                        s.counter += n as i64;
+                        s.counter += n as i64 + self.size_header_out;
                         s.queue.push_front(item);
                     });
                     break;

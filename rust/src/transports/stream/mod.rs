@@ -37,6 +37,7 @@ use crate::core::handle::LoopHandle;
 use crate::core::watchers::Side;
 use crate::errors::os_error;
 use crate::ffi::gil::GilCell;
+use crate::ffi::python::run_in_context;
 use crate::handles::Args;
 use crate::sys::sock::{self, SendHeader};
 use read::BIG_READ;
@@ -106,6 +107,50 @@ struct State {
     aborted: bool,
     /// The header the send in flight reads (boxed: its address is in the SQE).
     hdr: Box<SendHeader>,
+    /// The context the protocol's callbacks run in (asyncio 3.15's transport `context`:
+    /// the one captured when the connection was made); `None`: each watcher and callback
+    /// takes a copy of the current context when it is scheduled, as before 3.15.
+    context: Option<Py<PyAny>>,
+}
+
+/// What the running Python's asyncio stream transport says and does where versions
+/// differ, as `rsloop._transports` probed it at import ([`set_asyncio_behaviour`]).
+static ASYNCIO: std::sync::RwLock<AsyncioBehaviour> = std::sync::RwLock::new(AsyncioBehaviour {
+    write_type_error: String::new(),
+    writelines_skips_empty: false,
+});
+
+struct AsyncioBehaviour {
+    /// `write()`'s `TypeError` text before `, not 'TYPE'`; empty: 3.10-3.13's.
+    write_type_error: String,
+    /// 3.14+: `writelines()` leaves out empty (false) items instead of failing on them.
+    writelines_skips_empty: bool,
+}
+
+/// Sets what [`ASYNCIO`] holds (called once, by `rsloop._transports`).
+#[pyfunction]
+pub fn set_asyncio_behaviour(write_type_error: String, writelines_skips_empty: bool) {
+    if let Ok(mut b) = ASYNCIO.write() {
+        b.write_type_error = write_type_error;
+        b.writelines_skips_empty = writelines_skips_empty;
+    }
+}
+
+/// `write()`'s `TypeError` for `data` of type `name`.
+pub(super) fn write_type_error(name: &str) -> String {
+    let prefix = ASYNCIO
+        .read()
+        .map(|b| b.write_type_error.clone())
+        .unwrap_or_default();
+    if prefix.is_empty() {
+        format!("data argument must be a bytes-like object, not '{name}'")
+    } else {
+        format!("{prefix}, not '{name}'")
+    }
+}
+
+fn writelines_skips_empty() -> bool {
+    ASYNCIO.read().is_ok_and(|b| b.writelines_skips_empty)
 }
 
 /// The per-packet core of a stream transport.
@@ -150,6 +195,11 @@ impl TransportCore for StreamCore {
 
     /// Bytes a send in flight still reads stay until it completes (cancelled here);
     /// `_on_sent` then drops them.
+    fn context(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.state
+            .with(py, |s| s.context.as_ref().map(|c| c.clone_ref(py)))
+    }
+
     fn drop_queue(&self, py: Python<'_>) -> PyResult<()> {
         let (dropped, in_flight) = self.state.with(py, |s| {
             s.aborted = true;
@@ -188,11 +238,12 @@ impl StreamCore {
     fn watch_read(&self, slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let cb = slf.getattr(intern!(py, "_read_ready"))?.unbind();
+        let context = self.context(py);
         if self.armed_once {
-            self.loop_.add_stream_reader(py, self.fd, cb)
+            self.loop_.add_stream_reader(py, self.fd, cb, context)
         } else {
             self.loop_
-                .add_watcher(py, self.fd, Side::Read, cb, Args::Zero)
+                .add_watcher(py, self.fd, Side::Read, cb, Args::Zero, context)
                 .map(drop)
         }
     }
@@ -239,12 +290,14 @@ impl StreamCore {
 #[pymethods]
 impl StreamCore {
     #[new]
+    #[pyo3(signature = (loop_, shell, fd, protocol, context=None))]
     fn new(
         py: Python<'_>,
         loop_: &Bound<'_, PyAny>,
         shell: Py<PyAny>,
         fd: i32,
         protocol: Py<PyAny>,
+        context: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let loop_ = LoopHandle::of(loop_)?;
         let buffered = protocol.bind(py).is_instance(buffered_protocol_type(py)?)?;
@@ -272,6 +325,7 @@ impl StreamCore {
                 send_reset: false,
                 aborted: false,
                 hdr: Box::default(),
+                context: context.filter(|c| !c.is_none(py)),
             }),
         })
     }
@@ -279,7 +333,7 @@ impl StreamCore {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(self.loop_.obj())?;
         if let Some(s) = self.state.peek_for_gc(&visit) {
-            for o in [&s.base.protocol, &s.base.shell, &s.empty_waiter]
+            for o in [&s.base.protocol, &s.base.shell, &s.empty_waiter, &s.context]
                 .into_iter()
                 .flatten()
             {
@@ -297,6 +351,7 @@ impl StreamCore {
                     s.base.shell.take(),
                     s.empty_waiter.take(),
                     std::mem::take(&mut s.queue),
+                    s.context.take(),
                 )
             })
         });
@@ -378,7 +433,17 @@ impl StreamCore {
         // One write of the whole list, as asyncio makes one send of it (3.10/3.11 join the
         // items and call write(); 3.12+ hand them all to one sendmsg). Item by item, a
         // reset arriving between two sends failed a writelines() that asyncio completes.
-        let items = list_of_data.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+        let mut items = list_of_data.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+        if writelines_skips_empty() {
+            // 3.14+: `[memoryview(data) for data in list_of_data if data]`.
+            let mut kept = Vec::with_capacity(items.len());
+            for item in items {
+                if item.is_truthy()? {
+                    kept.push(item);
+                }
+            }
+            items = kept;
+        }
         if items.len() < 2 {
             for item in &items {
                 Self::write(slf, item)?;
@@ -404,8 +469,13 @@ impl StreamCore {
     }
 
     /// The send in flight ended with `result` (bytes sent, or `-errno`).
+    /// The completion is queued as the loop's own handle; with a transport context, what
+    /// it tells the protocol (`resume_writing`, `connection_lost`) runs in that context.
     fn _on_sent(slf: &Bound<'_, Self>, result: i32) -> PyResult<()> {
-        Self::on_sent(slf, result)
+        match slf.get().context(slf.py()) {
+            Some(context) => run_in_context(context.bind(slf.py()), || Self::on_sent(slf, result)),
+            None => Self::on_sent(slf, result),
+        }
     }
 
     /// The fd's writer, or its timer: the socket that was full may have room.

@@ -12,7 +12,7 @@ use std::io::{self, IoSlice};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyMemoryView};
 
 use super::{State, StreamCore};
 use crate::core::watchers::Side;
@@ -166,9 +166,8 @@ impl StreamCore {
             && !data.is_instance_of::<PyByteArray>()
             && !data.is_instance_of::<PyMemoryView>()
         {
-            return Err(PyTypeError::new_err(format!(
-                "data argument must be a bytes-like object, not '{}'",
-                data.get_type().name()?
+            return Err(PyTypeError::new_err(super::write_type_error(
+                &data.get_type().name()?.to_string(),
             )));
         }
         let (eof, sendfile, lost) = this
@@ -275,9 +274,9 @@ impl StreamCore {
         });
         if watch {
             let cb = slf.getattr(intern!(py, "_write_ready"))?.unbind();
-            if let Err(e) = this
-                .loop_
-                .add_watcher(py, this.fd, Side::Write, cb, Args::Zero)
+            if let Err(e) =
+                this.loop_
+                    .add_watcher(py, this.fd, Side::Write, cb, Args::Zero, this.context(py))
             {
                 this.state.with(py, |s| s.write_watch = false);
                 return Err(e);
@@ -318,9 +317,20 @@ impl StreamCore {
         });
         let delay = 0.001 * f64::from(1u32 << (refused - 1).min(MAX_BACKOFF_SHIFT));
         let again = slf.getattr(intern!(py, "_write_ready"))?;
-        this.loop_
-            .obj()
-            .call_method1(py, intern!(py, "call_later"), (delay, again))?;
+        let kwargs = match this.context(py) {
+            Some(context) => {
+                let kwargs = PyDict::new(py);
+                kwargs.set_item(intern!(py, "context"), context)?;
+                Some(kwargs)
+            }
+            None => None,
+        };
+        this.loop_.obj().call_method(
+            py,
+            intern!(py, "call_later"),
+            (delay, again),
+            kwargs.as_ref(),
+        )?;
         Ok(())
     }
 
