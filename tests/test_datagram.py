@@ -10,13 +10,22 @@ import logging
 import os
 import socket
 import sys
+from asyncio import selector_events
 
 import pytest
 from conftest import is_rsloop_native
 
+from rsloop import _transports
+
 HAS_UNIX = hasattr(socket, "AF_UNIX")
 PY311 = sys.version_info >= (3, 11)
 PY313 = sys.version_info >= (3, 13)
+# 3.14+ (probed as rsloop probes it: asyncio's `_header_size`) takes the 8 header bytes
+# per datagram off again when it is sent; 3.13 counts them only in.
+HEADER_BOTH_WAYS = hasattr(selector_events._SelectorDatagramTransport, "_header_size")
+# What get_write_buffer_size() keeps per datagram once it was sent.
+KEPT_PER_SENT = 8 if PY313 and not HEADER_BOTH_WAYS else 0
+SIZE_RESET_ON_DROP = _transports._DATAGRAM_SIZE_RESET_ON_DROP
 WAIT_S = 5.0
 
 
@@ -660,8 +669,9 @@ def test_write_buffer_size_queue_and_flush(loop, tmp_path):
                 await asyncio.sleep(0.001)
         assert got[-3:] == [b"q" * 100, b"r" * 60, b"s" * 100]
         assert proto.flow == ["pause", "resume"]
-        # asyncio 3.13 takes 8 bytes per datagram on queueing but not on sending.
-        assert tr.get_write_buffer_size() == (8 * 3 if PY313 else 0)
+        # asyncio 3.13 takes 8 bytes per datagram on queueing but not on sending; 3.14
+        # takes them on both.
+        assert tr.get_write_buffer_size() == KEPT_PER_SENT * 3
         assert "write=<idle" in repr(tr)
         tr.close()
         await proto.lost
@@ -701,8 +711,10 @@ def test_close_waits_for_the_queue_abort_drops_it(loop, tmp_path):
         size = tr2.get_write_buffer_size()
         tr2.abort()
         assert await proto2.lost is None
-        # 3.10 sums the (now empty) queue; 3.11+ keep their counter.
-        assert tr2.get_write_buffer_size() == (size if PY311 else 0)
+        # 3.10 sums the (now empty) queue; 3.11-3.14 keep their counter; 3.15 sets it
+        # back to 0 (probed as rsloop probes it; the asyncio row checks the probe).
+        kept = PY311 and not SIZE_RESET_ON_DROP
+        assert tr2.get_write_buffer_size() == (size if kept else 0)
         receiver.close()
 
     run(loop, main())
@@ -722,7 +734,7 @@ def test_burst_of_1000_unix_datagrams_queues_and_delivers_all(loop, tmp_path):
         await spin()
         # Nothing left; 3.13 keeps 8 bytes for every datagram that was ever queued.
         left = ct.get_write_buffer_size()
-        assert (left % 8 == 0 and left > 0) if PY313 else left == 0
+        assert (left % 8 == 0 and left > 0) if KEPT_PER_SENT else left == 0
         ct.close()
         st.close()
 

@@ -10,6 +10,7 @@ import asyncio
 import os
 import socket
 import sys
+from asyncio import selector_events
 
 import pytest
 from conftest import _selected_backends, is_rsloop_native, make_loop
@@ -238,6 +239,28 @@ def test_datagrams_arrive_whole(loop_kind, sizes, seed):
     assert got == sent
 
 
+class _WritelinesStandIn:
+    _eof = False
+    _empty_waiter = None
+    _conn_lost = 0
+
+    def __init__(self) -> None:
+        self._buffer: list = []
+
+
+def _writelines_skips_empty() -> bool:
+    # asyncio's own writelines() on a stand-in with nothing queued: 3.14+ leave out the
+    # empty item and return; earlier versions fail on memoryview(None).
+    try:
+        selector_events._SelectorSocketTransport.writelines(_WritelinesStandIn(), [None])
+    except TypeError:
+        return False
+    return True
+
+
+WRITELINES_SKIPS_EMPTY = _writelines_skips_empty()
+
+
 @pytest.mark.parametrize("bad", ["text", 1, None, 1.5, [b"x"], object()])
 def test_write_refuses_what_is_not_bytes(loop, bad):
     async def main():
@@ -247,11 +270,17 @@ def test_write_refuses_what_is_not_bytes(loop, bad):
         try:
             with pytest.raises(TypeError):
                 transport.write(bad)
-            with pytest.raises(TypeError):
+            if bad or not WRITELINES_SKIPS_EMPTY:
+                with pytest.raises(TypeError):
+                    transport.writelines([b"ok", bad])
+            else:
+                # 3.14+: writelines() leaves out empty items (as asyncio's does).
                 transport.writelines([b"ok", bad])
             assert not transport.is_closing()
         finally:
-            transport.close()
+            # abort(), not close(): asyncio 3.15's writelines() queues the items before
+            # a bad one without arming its writer, and close() would wait on them forever.
+            transport.abort()
             server.close()
             await server.wait_closed()
 

@@ -15,7 +15,7 @@ import os
 import resource
 import socket
 import sys
-from asyncio import trsock
+from asyncio import selector_events, trsock
 
 import pytest
 from netutil import (
@@ -390,6 +390,13 @@ def test_write_after_write_eof_raises(loop):
     run(loop, main())
 
 
+def _asyncio_write_type_error(bad) -> str:
+    # The type check is the first statement of asyncio's write(): no transport needed.
+    with pytest.raises(TypeError) as info:
+        selector_events._SelectorSocketTransport.write(None, bad)
+    return str(info.value)
+
+
 @pytest.mark.parametrize("bad", ["text", 42, None, [b"list"]])
 def test_write_of_non_bytes_raises_type_error(loop, bad):
     async def main():
@@ -397,9 +404,8 @@ def test_write_of_non_bytes_raises_type_error(loop, bad):
         tr, client = await loop.create_connection(Recorder, *addr)
         with pytest.raises(TypeError) as info:
             tr.write(bad)
-        assert str(info.value) == (
-            f"data argument must be a bytes-like object, not {type(bad).__name__!r}"
-        )
+        # The running asyncio's own text (3.14 changed it), as its transport gives it.
+        assert str(info.value) == _asyncio_write_type_error(bad)
         with pytest.raises(TypeError):
             tr.writelines(["text"])
         # Nothing was queued; the transport still works.
