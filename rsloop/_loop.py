@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import sys
 import threading
 import traceback
@@ -22,6 +23,12 @@ from ._rsloop import Loop as _NativeLoop
 from ._rsloop import set_malloc_thresholds as _set_malloc_thresholds
 from ._sock import SockMixin
 from ._unix import UnixMixin
+
+# 3.14+ (probed: create_task() has no `name` of its own, only **kwargs): the task
+# factory is handed every keyword of create_task(), the name included.
+_FACTORY_TAKES_NAME = (
+    "name" not in inspect.signature(base_events.BaseEventLoop.create_task).parameters
+)
 
 # asyncio's handle for call_soon_threadsafe(), where it has one (3.14+).
 _ThreadSafeHandle = getattr(events, "_ThreadSafeHandle", None)
@@ -380,6 +387,11 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
             task = tasks.Task(coro, loop=self, name=name, **kwargs)
             if task._source_traceback:
                 del task._source_traceback[-1]
+        elif _FACTORY_TAKES_NAME:
+            # 3.14+: every keyword, the name included, goes to the factory.
+            if name is not None:
+                kwargs["name"] = name
+            task = factory(self, coro, **kwargs)
         else:
             task = factory(self, coro, **kwargs)
             if name is not None:
