@@ -383,13 +383,20 @@ def _musl_load(session: nox.Session, module: Path, work: Path) -> None:
     )
 
 
-@nox.session(python=PYTHONS)
+# The package session's Pythons: 3.10-3.13 here, and 3.14 and 3.15 where they are on
+# PATH (inside the sid chroot: `nox -s sid -- package` runs it there).
+PACKAGE_PYTHONS = PYTHONS + [v for v in ["3.14", "3.15"] if shutil.which(f"python{v}")]
+# The Pythons on which the whole suite runs against the installed wheel.
+SUITE_ON_WHEEL = ("3.12", "3.14")
+
+
+@nox.session(python=PACKAGE_PYTHONS)
 def package(session: nox.Session) -> None:
     """Per Python: a manylinux_2_17 release wheel (maturin --zig), checked with auditwheel,
     installed in this fresh venv and imported from outside the source tree; a
     musllinux_1_2 wheel, checked with auditwheel and against musl's symbols (not run: no
-    musl CPython here); on 3.12 the whole test suite (first pass) against the installed
-    manylinux wheel; on 3.11, the sdist built as pip would."""
+    musl CPython here); on 3.12 and 3.14 the whole test suite (first pass) against the
+    installed manylinux wheel; on 3.11, the sdist built as pip would."""
     session.install(*WHEEL_TOOLS)
     dist = Path(session.create_tmp()).resolve() / "dist"
     shutil.rmtree(dist, ignore_errors=True)
@@ -401,7 +408,7 @@ def package(session: nox.Session) -> None:
     session.install("--force-reinstall", "--no-deps", wheel)
     with session.chdir(dist):
         session.run("python", "-c", _SMOKE)
-    if session.python == "3.12":
+    if session.python in SUITE_ON_WHEEL:
         session.install(*TEST_DEPS)
         # From outside the tree, without the working directory on sys.path; conftest
         # refuses to run if rsloop still came from the source tree.
@@ -791,19 +798,33 @@ def sid(session: nox.Session) -> None:
     """The suite on CPython 3.14 and 3.15 from Debian sid (every backend, asyncio's own
     loop included), then CPython's own test_asyncio of that version on both drivers and
     on the stdlib loop (the control, same interpreter and harness). Each run prints the
-    interpreter it ran. `-- 3.15` picks a version; `-- tests` or `-- conformance` a part;
-    `-- ci` leaves out the suite's second, debug-mode pass."""
+    interpreter it ran. `-- 3.15` picks a version; `-- tests`, `-- conformance` or
+    `-- package` a part; `-- ci` leaves out the suite's second, debug-mode pass. The
+    package part runs `nox -s package` for those versions inside the chroot (their
+    wheels, the suite against the installed 3.14 wheel)."""
     args = set(session.posargs)
     versions = [v for v in SID_PYTHONS if v in args] or SID_PYTHONS
-    parts = [p for p in ("tests", "conformance") if p in args] or ["tests", "conformance"]
+    parts = [p for p in ("tests", "conformance", "package") if p in args] or [
+        "tests",
+        "conformance",
+        "package",
+    ]
     session.run("bash", "scripts/sid-chroot", "setup", external=True)
     runner = "tests/conformance/run_cpython.py"
     for version in versions:
         if "tests" in parts:
-            _sid(session, version, "python", "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider")
+            _sid(
+                session, version, "python", "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"
+            )
             if "ci" not in args:
                 _sid(session, version, "python", "-m", "pytest", "tests", "-x", "-q",
                      "-p", "no:cacheprovider", env={"PYTHONASYNCIODEBUG": "1"})  # fmt: skip
         if "conformance" in parts:
             for backend in ("asyncio", *BACKENDS):
                 _sid(session, version, "python", runner, "--backend", backend)
+    if "package" in parts:
+        # `nox -s package` inside the chroot, where python3.14 and python3.15 are on PATH:
+        # their manylinux and musllinux wheels, the suite against the installed 3.14 one.
+        _sid(session, versions[0], "bash", "-c",
+             "python -m pip install -q 'nox>=2024.4' && python -m nox --no-color -s "
+             + " ".join(f"package-{v}" for v in versions))  # fmt: skip
