@@ -151,6 +151,9 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
             if self.get_debug():
                 _format.check_callback(callback, "call_soon_threadsafe")
             handle = _ThreadSafeHandle(callback, args, self, context)
+            tb = handle._source_traceback
+            while tb and tb[-1].filename in (__file__, events.__file__):
+                del tb[-1]  # the handle's and this method's frames: the caller's is last
             _native_call_soon_threadsafe(self, _run_threadsafe_handle, handle)
             return handle
 
