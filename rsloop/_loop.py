@@ -111,16 +111,41 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
     # instance (attributes of a loop are set rarely, never per callback), so the default
     # path costs nothing per iteration. A class attribute changed during a run is seen at
     # the next run.
+    #
+    # A `time` set on the instance is kept out of the instance's attributes: the loop moves
+    # to a subclass made for it whose class attribute `time` is the value, and back to its
+    # class when the attribute is deleted. An instance attribute named `time` would join
+    # the keys CPython shares between all instances of the class, after which no later
+    # loop's `loop.time` read is specialised; and the check never reads `self.__dict__`,
+    # which on 3.12 makes the dict a real one and ends specialisation of every attribute
+    # read on that loop (`loop.call_soon` & co. in user code and asyncio's own layers).
+    _own_time_base: type | None = None
+
     def _check_time_source(self) -> None:
-        python_time = type(self).time is not _NativeLoop.time or "time" in self.__dict__
+        python_time = type(self).time is not _NativeLoop.time
         self._set_python_time(python_time)  # type: ignore[attr-defined]
 
     def __setattr__(self, name: str, value) -> None:
-        super().__setattr__(name, value)
-        if name == "time":
-            self._check_time_source()
+        if name != "time":
+            super().__setattr__(name, value)
+            return
+        base = type(self)._own_time_base or type(self)
+        namespace = {
+            "time": staticmethod(value),  # the value itself, as an instance attribute is
+            "_own_time_base": base,
+            "__module__": base.__module__,
+            "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__,
+        }
+        object.__setattr__(self, "__class__", type(base.__name__, (base,), namespace))
+        self._check_time_source()
 
     def __delattr__(self, name: str) -> None:
+        base = type(self)._own_time_base
+        if name == "time" and base is not None:
+            object.__setattr__(self, "__class__", base)
+            self._check_time_source()
+            return
         super().__delattr__(name)
         if name == "time":
             self._check_time_source()

@@ -1,0 +1,130 @@
+"""Attribute reads on a loop stay specialised by CPython's adaptive interpreter.
+
+User code and asyncio's Python layers reach ``loop.call_soon``, ``loop.create_future``
+and ``loop.time`` by attribute. CPython 3.12+ specialises such a read (for a method of an
+instance whose attributes live in inline values: ``LOAD_ATTR_METHOD_WITH_VALUES``) unless
+something defeats it: the instance's dict made a real dict (3.12: reading
+``obj.__dict__``), or a name set on one instance, which joins the keys every instance of
+the class shares. These tests read the adaptive bytecode after warming it up.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+from unittest import mock
+
+import pytest
+from conftest import is_rsloop_native, make_loop
+
+pytestmark = pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="adaptive bytecode as read here is 3.12+"
+)
+
+
+def _cb() -> None:
+    pass
+
+
+_LOOP_READS = {"call_soon", "time", "create_future", "call_later", "get_debug"}
+
+
+def _make_probe():
+    def probe(loop):
+        for _ in range(20):
+            loop.call_soon(_cb)
+            loop.time()
+            loop.create_future()
+            loop.call_later(10, _cb).cancel()
+            loop.get_debug()
+
+    return probe
+
+
+def _unspecialised(loop) -> list[str]:
+    """The attribute reads on ``loop`` a fresh function leaves generic after a warm-up."""
+    probe = _make_probe()
+    for _ in range(10):
+        probe(loop)
+    reads = [
+        (i.opname, i.argval)
+        for i in dis.get_instructions(probe, adaptive=True)
+        if i.opname.startswith("LOAD_ATTR") and i.argval in _LOOP_READS
+    ]
+    assert len(reads) == len(_LOOP_READS), reads
+    return [name for opname, name in reads if opname == "LOAD_ATTR"]
+
+
+def _dict_read_ends_specialisation() -> bool:
+    """Whether reading ``obj.__dict__`` ends specialisation of reads on ``obj`` (3.12)."""
+
+    class Plain:
+        def method(self) -> None:
+            pass
+
+    def reader(obj):
+        for _ in range(20):
+            obj.method()
+
+    obj = Plain()
+    obj.x = 1
+    _ = obj.__dict__
+    for _ in range(10):
+        reader(obj)
+    return any(i.opname == "LOAD_ATTR" for i in dis.get_instructions(reader, adaptive=True))
+
+
+def test_a_new_loops_attribute_reads_are_specialised(loop):
+    if not is_rsloop_native(loop):
+        pytest.skip("rsloop's native loop")
+    loop.run_until_complete(_noop())  # as after a run
+    assert _unspecialised(loop) == []
+
+
+async def _noop() -> None:
+    return None
+
+
+def test_reads_stay_specialised_after_patching_time(loop_kind):
+    loop = make_loop(loop_kind)
+    try:
+        if not is_rsloop_native(loop):
+            pytest.skip("rsloop's native loop")
+        with mock.patch.object(loop, "time", return_value=1.0):
+            assert loop.time() == 1.0
+        assert loop.time() != 1.0
+        # mock.patch reads loop.__dict__, which on 3.12 ends specialisation on that loop
+        # (CPython's, for any object; probed): from 3.13 the patched loop keeps it.
+        if not _dict_read_ends_specialisation():
+            assert _unspecialised(loop) == []
+        # Every other loop keeps it on every version: `time` never became an instance
+        # attribute, so the keys instances share do not hold it.
+        other = make_loop(loop_kind)
+        try:
+            assert _unspecialised(other) == []
+        finally:
+            other.close()
+    finally:
+        loop.close()
+
+
+def test_time_set_on_the_loop_is_what_it_reads_and_drives_its_timers(loop_kind):
+    loop = make_loop(loop_kind)
+    try:
+        if not is_rsloop_native(loop):
+            pytest.skip("rsloop's native loop")
+        cls = type(loop)
+        loop.time = lambda: 100.0
+        assert loop.time() == 100.0
+        assert isinstance(loop, cls)
+        fired = []
+        loop.call_at(99.0, fired.append, 1)  # already due on the loop's own clock
+        loop.run_until_complete(_noop())
+        assert fired == [1]
+        del loop.time
+        assert type(loop) is cls
+        assert loop.time() != 100.0
+        with pytest.raises(AttributeError):
+            del loop.time  # not the instance's any more, as for any attribute
+    finally:
+        loop.close()
