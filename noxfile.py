@@ -660,7 +660,11 @@ def _load_upstream_suites() -> dict:
     return module.SUITES
 
 
-@nox.session(python="3.12")
+# 3.12 here, and 3.14 where it is on PATH (inside the sid chroot: `nox -s sid -- upstream`).
+UPSTREAM_PYTHONS = ["3.12"] + (["3.14"] if shutil.which("python3.14") else [])
+
+
+@nox.session(python=UPSTREAM_PYTHONS)
 def upstream(session: nox.Session) -> None:
     """aiohttp, uvicorn, httpx and AnyIO's own test suites (from their sdists) and
     websockets' (its tagged source from Debian's archive), at the versions
@@ -694,7 +698,17 @@ def upstream(session: nox.Session) -> None:
     # One environment for all four: the pins win over the other suites' looser bounds, and
     # every other package is held at the versions the expected differences were judged in.
     constraints = ROOT / "tests" / "upstream" / "constraints.txt"
-    session.install("-c", str(constraints), *pins, *deps)
+    try:
+        session.install("-c", str(constraints), *pins, *deps)
+    except nox.command.CommandFailed:
+        # Say which library does not install on this Python, then fail: never skipped.
+        for pin in pins:
+            try:
+                session.install("-c", str(constraints), pin, silent=True)
+            except nox.command.CommandFailed:
+                session.log(f"upstream: {pin.split(' @ ')[0]} does not install on Python "
+                            f"{session.python}")  # fmt: skip
+        raise
     if "--subset" not in args and "--loop" not in args:
         args += ["--write-docs", str(ROOT / "docs" / "compatibility.md")]
     session.run("python", str(ROOT / "tests/upstream/run.py"), "--work", str(work), *args)
@@ -798,17 +812,15 @@ def sid(session: nox.Session) -> None:
     """The suite on CPython 3.14 and 3.15 from Debian sid (every backend, asyncio's own
     loop included), then CPython's own test_asyncio of that version on both drivers and
     on the stdlib loop (the control, same interpreter and harness). Each run prints the
-    interpreter it ran. `-- 3.15` picks a version; `-- tests`, `-- conformance` or
-    `-- package` a part; `-- ci` leaves out the suite's second, debug-mode pass. The
-    package part runs `nox -s package` for those versions inside the chroot (their
-    wheels, the suite against the installed 3.14 wheel)."""
+    interpreter it ran. `-- 3.15` picks a version; `-- tests`, `-- conformance`,
+    `-- package` or `-- upstream` a part; `-- ci` leaves out the suite's second,
+    debug-mode pass. The package part runs `nox -s package` for those versions inside
+    the chroot (their wheels, the suite against the installed 3.14 wheel); the upstream
+    part `nox -s upstream-3.14 -- --subset` there."""
     args = set(session.posargs)
     versions = [v for v in SID_PYTHONS if v in args] or SID_PYTHONS
-    parts = [p for p in ("tests", "conformance", "package") if p in args] or [
-        "tests",
-        "conformance",
-        "package",
-    ]
+    every = ["tests", "conformance", "package", "upstream"]
+    parts = [p for p in every if p in args] or every
     session.run("bash", "scripts/sid-chroot", "setup", external=True)
     runner = "tests/conformance/run_cpython.py"
     for version in versions:
@@ -822,6 +834,11 @@ def sid(session: nox.Session) -> None:
         if "conformance" in parts:
             for backend in ("asyncio", *BACKENDS):
                 _sid(session, version, "python", runner, "--backend", backend)
+    if "upstream" in parts and "3.14" in versions:
+        # The upstream suites' subset (tests/upstream/) on 3.14, inside the chroot.
+        _sid(session, "3.14", "bash", "-c",
+             "python -m pip install -q 'nox>=2024.4' && python -m nox --no-color "
+             "-s upstream-3.14 -- --subset")  # fmt: skip
     if "package" in parts:
         # `nox -s package` inside the chroot, where python3.14 and python3.15 are on PATH:
         # their manylinux and musllinux wheels, the suite against the installed 3.14 one.

@@ -171,6 +171,14 @@ NOT_APPLICABLE: list[tuple[str, str]] = [
         for test in ("test_watcher_implementation", "test_pid_not_reaped_before_exit_published")
     ],
     (
+        # 3.14+: simulates a full socket by swapping the `_sock` of asyncio's
+        # _SelectorSocketTransport, found through its `_read_ready_cb`; rsloop's transport
+        # has neither (test_remote_shutdown_receives_trailing_data, the same exchange
+        # without the swap, runs on rsloop).
+        "test_ssl.TestSSL.test_remote_shutdown_receives_trailing_data_on_slow_socket",
+        "patches asyncio's _SelectorSocketTransport internals (_read_ready_cb, _sock)",
+    ),
+    (
         "test_unix_events.*ChildWatcherTests.*",
         "stdlib child watchers driven by a mocked os.waitpid; the loop is a placeholder "
         "whose add/remove_signal_handler are mocked",
