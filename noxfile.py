@@ -813,10 +813,11 @@ def sid(session: nox.Session) -> None:
     loop included), then CPython's own test_asyncio of that version on both drivers and
     on the stdlib loop (the control, same interpreter and harness). Each run prints the
     interpreter it ran. `-- 3.15` picks a version; `-- tests`, `-- conformance`,
-    `-- package` or `-- upstream` a part; `-- ci` leaves out the suite's second,
-    debug-mode pass. The package part runs `nox -s package` for those versions inside
-    the chroot (their wheels, the suite against the installed 3.14 wheel); the upstream
-    part `nox -s upstream-3.14 -- --subset` there."""
+    `-- package` or `-- upstream` a part. The package part runs `nox -s package` for
+    those versions inside the chroot (their wheels, the suite against the installed 3.14
+    wheel); the upstream part `nox -s upstream-3.14 -- --subset` there. `-- ci` (what
+    .ci/run runs) leaves out the suite's second, debug-mode pass, and runs 3.14's suite
+    only against its wheel."""
     args = set(session.posargs)
     versions = [v for v in SID_PYTHONS if v in args] or SID_PYTHONS
     every = ["tests", "conformance", "package", "upstream"]
@@ -824,7 +825,9 @@ def sid(session: nox.Session) -> None:
     session.run("bash", "scripts/sid-chroot", "setup", external=True)
     runner = "tests/conformance/run_cpython.py"
     for version in versions:
-        if "tests" in parts:
+        # In CI 3.14's suite runs once, against its installed wheel (the package part).
+        ci_wheel = "ci" in args and "package" in parts and version in SUITE_ON_WHEEL
+        if "tests" in parts and not ci_wheel:
             _sid(
                 session, version, "python", "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"
             )
