@@ -38,16 +38,28 @@ nox.options.sessions = ["lint", "typing", "rust", "tests", "conformance"]
 nox.options.error_on_missing_interpreters = True
 
 
+def pyenv_version_list(existing: str | None, found: list[str]) -> str:
+    """PYENV_VERSION that keeps a setting already made (`pyenv shell 3.12`, a shim) first,
+    so that `python` stays what the user chose, and adds the found versions it lacks."""
+    have = [v for v in (existing or "").split(":") if v]
+    return ":".join(have + [v for v in found if v not in have])
+
+
+def _newest(names: list[str]) -> str:
+    """The newest of pyenv version names such as 3.12.1 and 3.12.10 (not by text)."""
+    return max(names, key=lambda n: [int(p) if p.isdigit() else -1 for p in n.split(".")])
+
+
 def _expose_pyenv_versions() -> None:
     """Let `python3.X` resolve through pyenv shims for every installed 3.10-3.13."""
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
     found = []
     for v in PYTHONS:
-        paths = sorted(glob.glob(os.path.join(root, "versions", f"{v}.*", "bin", f"python{v}")))
+        paths = glob.glob(os.path.join(root, "versions", f"{v}.*", "bin", f"python{v}"))
         if paths:
-            found.append(Path(paths[-1]).parent.parent.name)
-    if found and "PYENV_VERSION" not in os.environ:
-        os.environ["PYENV_VERSION"] = ":".join(found)
+            found.append(_newest([Path(p).parent.parent.name for p in paths]))
+    if found:
+        os.environ["PYENV_VERSION"] = pyenv_version_list(os.environ.get("PYENV_VERSION"), found)
 
 
 _expose_pyenv_versions()
