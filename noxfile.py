@@ -345,7 +345,7 @@ def _musllinux(session: nox.Session, dist: Path) -> None:
     session.run("maturin", "build", "--release", "-q", "--zig", "-i", f"python{session.python}",
                 "--compatibility", MUSLLINUX, "--target", MUSL_TARGET,
                 "-o", str(dist / "musl-zig"))  # fmt: skip
-    (built,) = glob.glob(str(dist / "musl-zig" / "rsloop-*.whl"))
+    (built,) = glob.glob(str(dist / "musl-zig" / "rsloop_uring-*.whl"))
     # zig links against a musl libc.so stub without a SONAME, so the module NEEDs
     # "libc.so", which auditwheel's musllinux policy does not know. musl's loader resolves
     # every "libc." name to itself (ldso/dynlink.c, load_library's reserved names), so
@@ -353,7 +353,7 @@ def _musllinux(session: nox.Session, dist: Path) -> None:
     # at load time; `wheel pack` rewrites the RECORD hashes.
     unpacked = dist / "musl-unpacked"
     session.run("python", "-m", "wheel", "unpack", "-d", str(unpacked), built)
-    (module,) = glob.glob(str(unpacked / "rsloop-*" / "rsloop" / "_rsloop*.so"))
+    (module,) = glob.glob(str(unpacked / "rsloop_uring-*" / "rsloop" / "_rsloop*.so"))
     needed = session.run("patchelf", "--print-needed", module, silent=True).split()
     if needed != ["libc.so"] and needed != [MUSL_LIBC]:
         session.error(f"{module}: unexpected NEEDED entries {needed}")
@@ -361,8 +361,8 @@ def _musllinux(session: nox.Session, dist: Path) -> None:
         session.run("patchelf", "--replace-needed", "libc.so", MUSL_LIBC, module)
     (dist / "musllinux").mkdir()
     session.run("python", "-m", "wheel", "pack", "-d", str(dist / "musllinux"),
-                *glob.glob(str(unpacked / "rsloop-*")))  # fmt: skip
-    (wheel,) = glob.glob(str(dist / "musllinux" / "rsloop-*.whl"))
+                *glob.glob(str(unpacked / "rsloop_uring-*")))  # fmt: skip
+    (wheel,) = glob.glob(str(dist / "musllinux" / "rsloop_uring-*.whl"))
     _audit(session, wheel, "musllinux_1_2")
     _musl_load(session, Path(module), dist / "musl-load")
 
@@ -407,7 +407,7 @@ def package(session: nox.Session) -> None:
     shutil.rmtree(dist, ignore_errors=True)
     build = ["maturin", "build", "--release", "-q", "--zig", "-i", "python"]
     session.run(*build, "--compatibility", MANYLINUX, "-o", str(dist / "manylinux"))
-    (wheel,) = glob.glob(str(dist / "manylinux" / "rsloop-*.whl"))
+    (wheel,) = glob.glob(str(dist / "manylinux" / "rsloop_uring-*.whl"))
     _audit(session, wheel, "manylinux_2_17")
     _musllinux(session, dist)
     session.install("--force-reinstall", "--no-deps", wheel)
@@ -430,11 +430,11 @@ def package(session: nox.Session) -> None:
             )  # fmt: skip
     if session.python == "3.11":
         session.run("maturin", "sdist", "-o", str(dist / "sdist"))
-        (sdist,) = glob.glob(str(dist / "sdist" / "rsloop-*.tar.gz"))
+        (sdist,) = glob.glob(str(dist / "sdist" / "rsloop_uring-*.tar.gz"))
         session.run(
             "python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist / "from-sdist"), sdist
         )
-        wheel = glob.glob(str(dist / "from-sdist" / "rsloop-*.whl"))
+        wheel = glob.glob(str(dist / "from-sdist" / "rsloop_uring-*.whl"))
         session.install("--force-reinstall", "--no-deps", *wheel)
         with session.chdir(dist):
             session.run("python", "-c", _SMOKE)
@@ -571,7 +571,7 @@ def asan(session: nox.Session) -> None:
         "maturin", "build", "--target", "x86_64-unknown-linux-gnu", "-i", "python",
         "-o", str(dist), env=build_env,
     )  # fmt: skip
-    session.install("--force-reinstall", "--no-deps", *glob.glob(str(dist / "rsloop-*.whl")))
+    session.install("--force-reinstall", "--no-deps", *glob.glob(str(dist / "rsloop_uring-*.whl")))
     env = {
         "LD_PRELOAD": libasan,
         # CPython leaks by design at exit; an error report ends the process with status 1.
