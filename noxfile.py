@@ -38,16 +38,28 @@ nox.options.sessions = ["lint", "typing", "rust", "tests", "conformance"]
 nox.options.error_on_missing_interpreters = True
 
 
+def pyenv_version_list(existing: str | None, found: list[str]) -> str:
+    """PYENV_VERSION that keeps a setting already made (`pyenv shell 3.12`, a shim) first,
+    so that `python` stays what the user chose, and adds the found versions it lacks."""
+    have = [v for v in (existing or "").split(":") if v]
+    return ":".join(have + [v for v in found if v not in have])
+
+
+def _newest(names: list[str]) -> str:
+    """The newest of pyenv version names such as 3.12.1 and 3.12.10 (not by text)."""
+    return max(names, key=lambda n: [int(p) if p.isdigit() else -1 for p in n.split(".")])
+
+
 def _expose_pyenv_versions() -> None:
     """Let `python3.X` resolve through pyenv shims for every installed 3.10-3.13."""
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
     found = []
     for v in PYTHONS:
-        paths = sorted(glob.glob(os.path.join(root, "versions", f"{v}.*", "bin", f"python{v}")))
+        paths = glob.glob(os.path.join(root, "versions", f"{v}.*", "bin", f"python{v}"))
         if paths:
-            found.append(Path(paths[-1]).parent.parent.name)
-    if found and "PYENV_VERSION" not in os.environ:
-        os.environ["PYENV_VERSION"] = ":".join(found)
+            found.append(_newest([Path(p).parent.parent.name for p in paths]))
+    if found:
+        os.environ["PYENV_VERSION"] = pyenv_version_list(os.environ.get("PYENV_VERSION"), found)
 
 
 _expose_pyenv_versions()
@@ -333,7 +345,7 @@ def _musllinux(session: nox.Session, dist: Path) -> None:
     session.run("maturin", "build", "--release", "-q", "--zig", "-i", f"python{session.python}",
                 "--compatibility", MUSLLINUX, "--target", MUSL_TARGET,
                 "-o", str(dist / "musl-zig"))  # fmt: skip
-    (built,) = glob.glob(str(dist / "musl-zig" / "rsloop-*.whl"))
+    (built,) = glob.glob(str(dist / "musl-zig" / "rsloop_uring-*.whl"))
     # zig links against a musl libc.so stub without a SONAME, so the module NEEDs
     # "libc.so", which auditwheel's musllinux policy does not know. musl's loader resolves
     # every "libc." name to itself (ldso/dynlink.c, load_library's reserved names), so
@@ -341,7 +353,7 @@ def _musllinux(session: nox.Session, dist: Path) -> None:
     # at load time; `wheel pack` rewrites the RECORD hashes.
     unpacked = dist / "musl-unpacked"
     session.run("python", "-m", "wheel", "unpack", "-d", str(unpacked), built)
-    (module,) = glob.glob(str(unpacked / "rsloop-*" / "rsloop" / "_rsloop*.so"))
+    (module,) = glob.glob(str(unpacked / "rsloop_uring-*" / "rsloop" / "_rsloop*.so"))
     needed = session.run("patchelf", "--print-needed", module, silent=True).split()
     if needed != ["libc.so"] and needed != [MUSL_LIBC]:
         session.error(f"{module}: unexpected NEEDED entries {needed}")
@@ -349,8 +361,8 @@ def _musllinux(session: nox.Session, dist: Path) -> None:
         session.run("patchelf", "--replace-needed", "libc.so", MUSL_LIBC, module)
     (dist / "musllinux").mkdir()
     session.run("python", "-m", "wheel", "pack", "-d", str(dist / "musllinux"),
-                *glob.glob(str(unpacked / "rsloop-*")))  # fmt: skip
-    (wheel,) = glob.glob(str(dist / "musllinux" / "rsloop-*.whl"))
+                *glob.glob(str(unpacked / "rsloop_uring-*")))  # fmt: skip
+    (wheel,) = glob.glob(str(dist / "musllinux" / "rsloop_uring-*.whl"))
     _audit(session, wheel, "musllinux_1_2")
     _musl_load(session, Path(module), dist / "musl-load")
 
@@ -402,7 +414,7 @@ def package(session: nox.Session) -> None:
     shutil.rmtree(dist, ignore_errors=True)
     build = ["maturin", "build", "--release", "-q", "--zig", "-i", "python"]
     session.run(*build, "--compatibility", MANYLINUX, "-o", str(dist / "manylinux"))
-    (wheel,) = glob.glob(str(dist / "manylinux" / "rsloop-*.whl"))
+    (wheel,) = glob.glob(str(dist / "manylinux" / "rsloop_uring-*.whl"))
     _audit(session, wheel, "manylinux_2_17")
     _musllinux(session, dist)
     session.install("--force-reinstall", "--no-deps", wheel)
@@ -425,11 +437,11 @@ def package(session: nox.Session) -> None:
             )  # fmt: skip
     if session.python == "3.11":
         session.run("maturin", "sdist", "-o", str(dist / "sdist"))
-        (sdist,) = glob.glob(str(dist / "sdist" / "rsloop-*.tar.gz"))
+        (sdist,) = glob.glob(str(dist / "sdist" / "rsloop_uring-*.tar.gz"))
         session.run(
             "python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist / "from-sdist"), sdist
         )
-        wheel = glob.glob(str(dist / "from-sdist" / "rsloop-*.whl"))
+        wheel = glob.glob(str(dist / "from-sdist" / "rsloop_uring-*.whl"))
         session.install("--force-reinstall", "--no-deps", *wheel)
         with session.chdir(dist):
             session.run("python", "-c", _SMOKE)
@@ -566,7 +578,7 @@ def asan(session: nox.Session) -> None:
         "maturin", "build", "--target", "x86_64-unknown-linux-gnu", "-i", "python",
         "-o", str(dist), env=build_env,
     )  # fmt: skip
-    session.install("--force-reinstall", "--no-deps", *glob.glob(str(dist / "rsloop-*.whl")))
+    session.install("--force-reinstall", "--no-deps", *glob.glob(str(dist / "rsloop_uring-*.whl")))
     env = {
         "LD_PRELOAD": libasan,
         # CPython leaks by design at exit; an error report ends the process with status 1.

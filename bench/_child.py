@@ -177,7 +177,10 @@ def main() -> int:
     peak_kib = _peak_rss_kib()
     # Only after measuring: importlib.metadata alone adds ~2-3 MiB of RSS.
     if loop_name in ("rsloop", "rsloop-poll", "rsloop-nostats", "rsloop-mimalloc", "pypi-rsloop"):
-        info["installed_from"] = _installed_from("rsloop")
+        # this project's wheels are the distribution rsloop-uring (named rsloop before
+        # the rename); the older PyPI project's is rsloop
+        dists = ["rsloop"] if loop_name == "pypi-rsloop" else ["rsloop-uring", "rsloop"]
+        info["installed_from"] = next(filter(None, map(_installed_from, dists)), None)
     out = {
         "loop": loop_name,
         "workload": wl_name,

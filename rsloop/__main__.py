@@ -1,6 +1,8 @@
 """``python -m rsloop``: what this machine can run, and why not.
 
-Prints rsloop's version, the Python and platform, then for each backend whether a loop
+Prints rsloop's version, where the package was imported from and which installed
+distribution (``rsloop-uring``) provided it, the Python and platform, then for each
+backend whether a loop
 can be made and run on it here, or the reason it cannot (for example
 ``io_uring_setup: EPERM`` under a container's default seccomp profile), and which one
 ``RSLOOP_BACKEND`` / ``auto`` picks. Exit status 0 when at least one native backend works.
@@ -14,6 +16,30 @@ import platform
 import sys
 
 from . import __version__, _backend
+
+# The name this project is installed under (pyproject.toml's [project] name): the older,
+# unrelated project on PyPI owns the name "rsloop".
+DISTRIBUTION = "rsloop-uring"
+
+
+def _origin() -> str:
+    """Where ``import rsloop`` found this package, and the distribution that installed it
+    there, if one did (not so for a source tree on ``sys.path``)."""
+    from importlib import metadata
+
+    here = os.path.dirname(os.path.realpath(__file__))
+    where = f"rsloop package from {here}"
+    try:
+        dist = metadata.distribution(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return f"{where} (no {DISTRIBUTION} distribution installed: a source tree on sys.path?)"
+    owned = os.path.realpath(str(dist.locate_file("rsloop/__init__.py")))
+    if os.path.dirname(owned) != here:
+        return (
+            f"{where}, not from the installed {DISTRIBUTION} {dist.version} "
+            f"(at {os.path.dirname(owned)}): a source tree on sys.path shadows it"
+        )
+    return f"{where}, installed as {DISTRIBUTION} {dist.version}"
 
 
 def _probe(kind: str) -> tuple[bool, str]:
@@ -38,6 +64,7 @@ def _probe(kind: str) -> tuple[bool, str]:
 
 def main() -> int:
     print(f"rsloop {__version__}")
+    print(_origin())
     print(f"Python {platform.python_version()} ({sys.executable})")
     print(f"{platform.system()} {platform.release()} {platform.machine()}")
     if _backend.NATIVE_ERROR is not None:
@@ -46,6 +73,7 @@ def main() -> int:
         return 1
     from . import _rsloop
 
+    print(f"native core: {_rsloop.__file__}")
     built = ["poll (mio)"] + (["uring (io_uring)"] if _rsloop.BUILD_URING else [])
     print(f"native core: built with {', '.join(built)}")
     if _rsloop.BUILD_PORTABLE:

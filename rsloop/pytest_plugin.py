@@ -17,9 +17,10 @@ Virtual time (docs/virtual-time.md): ``@pytest.mark.rsloop(virtual_time=True)`` 
 pytest-asyncio test on a loop driven by an :class:`rsloop.testing.VirtualClock`
 (``autojump=0``; ``@pytest.mark.rsloop(virtual_time=True, autojump=None)`` for a clock
 that moves only by ``advance``), and the ``rsloop_clock`` fixture is that test's clock
-(using the fixture is enough to get virtual time). That needs ``--rsloop=rsloop`` or
-``both`` and pytest-asyncio's default function-scoped loop. With AnyIO, make the
-backend's loop from the fixture::
+(using the fixture is enough to get virtual time). It needs pytest-asyncio's default
+function-scoped loop and no option: without ``--rsloop`` such a test runs on rsloop alone
+(the other tests keep pytest-asyncio's loop); with ``--rsloop=both`` on rsloop and on the
+stdlib loop. With AnyIO, make the backend's loop from the fixture::
 
     @pytest.fixture
     def anyio_backend(rsloop_clock):
@@ -29,6 +30,7 @@ backend's loop from the fixture::
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 from typing import Any
 
@@ -104,14 +106,48 @@ def rsloop_clock(request: pytest.FixtureRequest):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _current[0] = item
-    if _virtual_kwargs(item) is None or item.get_closest_marker("asyncio") is None:
+
+
+# pytest-asyncio's fixture that holds the loop factory a test's runner is made with: the
+# parameter its pytest_asyncio_loop_factories hook sets, None when no plugin answers.
+_FACTORY_FIXTURE = "_asyncio_loop_factory"
+_MODE = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Without --rsloop nothing answers pytest-asyncio's hook (so that the other tests keep
+    its loop untouched), and a pytest-asyncio test asking for virtual time is given its
+    factory here, as the hook would give it: rsloop on that test's clock."""
+    if metafunc.config.stash.get(_MODE, "off") != "off":
+        return  # _LoopFactories answers the hook
+    definition = metafunc.definition
+    if (
+        definition.get_closest_marker("asyncio") is None  # (auto mode: added by then)
+        or not inspect.iscoroutinefunction(metafunc.function)
+        or _virtual_kwargs(definition) is None
+    ):
         return
-    if not item.config.pluginmanager.has_plugin("rsloop-loop-factories"):
+    if not hasattr(metafunc.config.hook, "pytest_asyncio_loop_factories"):
         raise pytest.UsageError(
-            f"{item.nodeid}: virtual time (pytest.mark.rsloop(virtual_time=True) or the "
-            "rsloop_clock fixture) in a pytest-asyncio test needs --rsloop=rsloop or "
-            "--rsloop=both (or ini rsloop = rsloop)"
+            f"{definition.nodeid}: virtual time in a pytest-asyncio test needs "
+            "pytest-asyncio 1.4 or newer"
         )
+    if _FACTORY_FIXTURE in metafunc.fixturenames:
+        raise pytest.UsageError(
+            f"{definition.nodeid}: virtual time (pytest.mark.rsloop(virtual_time=True) or "
+            "the rsloop_clock fixture): another plugin's pytest_asyncio_loop_factories "
+            "chooses this test's loop; run with --rsloop=rsloop or --rsloop=both"
+        )
+    metafunc.fixturenames.append(_FACTORY_FIXTURE)
+    hidden = getattr(pytest, "HIDDEN_PARAM", None)  # pytest 8.4+
+    metafunc.parametrize(
+        _FACTORY_FIXTURE,
+        [_virtual_rsloop],
+        ids=[hidden] if hidden is not None else ["rsloop"],
+        indirect=True,
+        scope="function",
+    )
 
 
 @pytest.hookimpl(hookwrapper=True, trylast=True)
@@ -166,6 +202,7 @@ def pytest_configure(config: pytest.Config) -> None:
     mode = str(mode).strip().lower()
     if mode not in _MODES:
         raise pytest.UsageError(f"--rsloop / ini rsloop: expected one of {_MODES}, got {mode!r}")
+    config.stash[_MODE] = mode
     if mode == "off":
         return
     if not hasattr(config.hook, "pytest_asyncio_loop_factories"):

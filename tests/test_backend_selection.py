@@ -9,6 +9,7 @@ import platform
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -261,9 +262,55 @@ def test_python_m_rsloop_reports_backends():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.startswith(f"rsloop {rsloop.__version__}\n")
+    here = os.path.dirname(os.path.realpath(rsloop.__file__))
+    assert out.splitlines()[1].startswith(f"rsloop package from {here}")
     assert "backend poll: works" in out
     assert "backend asyncio: works" in out
     assert "RSLOOP_BACKEND=auto: new loops run on " in out
+
+
+class _Dist:
+    def __init__(self, root, version="9.8.7"):
+        self.root, self.version = root, version
+
+    def locate_file(self, path):
+        return os.path.join(self.root, path)
+
+
+@pytest.mark.parametrize(
+    ("installed", "expect"),
+    [
+        (None, "(no rsloop-uring distribution installed: a source tree on sys.path?)"),
+        ("here", ", installed as rsloop-uring 9.8.7"),
+        ("elsewhere", ", not from the installed rsloop-uring 9.8.7 (at /elsewhere/rsloop): "),
+    ],
+)
+def test_python_m_rsloop_names_the_package_and_where_it_came_from(monkeypatch, installed, expect):
+    from importlib import metadata
+
+    from rsloop import __main__ as rsloop_main
+
+    here = os.path.dirname(os.path.realpath(rsloop.__file__))
+
+    def distribution(name):
+        assert name == "rsloop-uring"  # pyproject.toml's [project] name
+        if installed is None:
+            raise metadata.PackageNotFoundError(name)
+        return _Dist(os.path.dirname(here) if installed == "here" else "/elsewhere")
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    origin = rsloop_main._origin()
+    assert origin.startswith(f"rsloop package from {here}")
+    assert expect in origin
+
+
+def test_the_distribution_name_is_pyprojects():
+    from rsloop import __main__ as rsloop_main
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if not pyproject.exists():  # the suite run against an installed wheel, elsewhere
+        pytest.skip("no pyproject.toml beside tests/")
+    assert f'\nname = "{rsloop_main.DISTRIBUTION}"\n' in pyproject.read_text()
 
 
 @native

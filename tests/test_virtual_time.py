@@ -468,13 +468,39 @@ def test_pytest_marker_and_fixture(pytester, mode, passed):
     result.assert_outcomes(passed=passed)
 
 
-def test_pytest_virtual_time_needs_the_rsloop_mode(pytester):
+@pytest.mark.parametrize("mode", ["strict", "auto"])
+def test_pytest_virtual_time_needs_no_option(pytester, mode):
+    """The marker or the fixture alone (no --rsloop) runs that test on rsloop with virtual
+    time; a test that asks for neither keeps pytest-asyncio's own loop."""
     pytest.importorskip("pytest_asyncio", minversion="1.4")
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-    pytester.makepyfile(test_vt=_PLUGIN_TESTS)
-    result = pytester.runpytest_subprocess()
-    result.assert_outcomes(passed=1, errors=3)
-    assert "needs --rsloop=rsloop" in "\n".join(result.outlines)
+    pytester.makeini(
+        f"[pytest]\nasyncio_default_fixture_loop_scope = function\nasyncio_mode = {mode}\n"
+    )
+    asyncio_mark = "@pytest.mark.asyncio" if mode == "strict" else ""  # auto: none needed
+    pytester.makepyfile(
+        test_vt=_PLUGIN_TESTS
+        + f"""
+{asyncio_mark}
+@pytest.mark.rsloop(virtual_time=True)
+async def test_marker_alone():
+    loop = asyncio.get_running_loop()
+    assert type(loop).__module__.startswith("rsloop")
+    t0, wall = loop.time(), time.perf_counter()
+    await asyncio.sleep(86400)
+    assert loop.time() - t0 == pytest.approx(86400, abs=1e-6)
+    assert time.perf_counter() - wall < 2
+
+{asyncio_mark}
+async def test_default_loop():
+    assert not type(asyncio.get_running_loop()).__module__.startswith("rsloop")
+"""
+    )
+    result = pytester.runpytest_subprocess("-s", "-v")
+    result.assert_outcomes(passed=6)
+    out = "\n".join(result.outlines)
+    assert "LOOP rsloop" in out and "needs --rsloop" not in out
+    # the test ids are not changed by the loop factory given to virtual-time tests
+    assert "test_vt.py::test_marker_alone PASSED" in out
 
 
 def test_anyio_backend_with_the_clock(pytester):
