@@ -21,6 +21,7 @@ __all__ = [
     "StreamReaderCore",
     "StreamOp",
     "set_malloc_thresholds",
+    "set_asyncio_behaviour",
 ]
 
 __version__: str

@@ -216,7 +216,7 @@ def _probe_seek_always() -> bool:
     try:
         from asyncio import unix_events
 
-        update = unix_events._UnixSelectorEventLoop._sock_sendfile_update_filepos
+        update = unix_events._UnixSelectorEventLoop._sock_sendfile_update_filepos  # type: ignore[attr-defined]
         return "total_sent" not in inspect.signature(update).parameters
     except (ImportError, AttributeError, TypeError, ValueError):
         return False
