@@ -170,6 +170,15 @@ NOT_APPLICABLE: list[tuple[str, str]] = [
         for cls in ("SubprocessPidfdWatcherTests", "SubprocessThreadedWatcherTests")
         for test in ("test_watcher_implementation", "test_pid_not_reaped_before_exit_published")
     ],
+    # 3.14+: test_taskgroups' classes run on asyncio.EventLoop (their loop_factory); the
+    # runner adds the same tests on rsloop.
+    *[
+        (f"test_taskgroups.{cls}.*", f"stdlib's own loop class (rsloop runs {ours})")
+        for cls, ours in (
+            ("TestTaskGroup", "RsloopTestTaskGroup"),
+            ("TestEagerTaskTaskGroup", "RsloopEagerTaskTaskGroup"),
+        )
+    ],
     (
         # 3.14+: simulates a full socket by swapping the `_sock` of asyncio's
         # _SelectorSocketTransport, found through its `_read_ready_cb`; rsloop's transport

@@ -326,6 +326,30 @@ def _adapt_module(name: str, mod) -> None:
             bases += (test_utils.TestCase,)  # as CPython's per-selector classes
         _add_rsloop_class(mod, cls_name, bases, {factory: lambda self: rsloop.new_event_loop()})
 
+    if name == "test_taskgroups" and hasattr(mod, "BaseTestTaskGroup"):
+        # 3.14+: the module's own classes name asyncio.EventLoop as their loop_factory
+        # (one with the eager task factory); the same tests on rsloop's loop.
+        import asyncio
+
+        def eager_rsloop():
+            loop = rsloop.new_event_loop()
+            loop.set_task_factory(asyncio.eager_task_factory)
+            return loop
+
+        case = unittest.IsolatedAsyncioTestCase
+        _add_rsloop_class(
+            mod,
+            "RsloopTestTaskGroup",
+            (mod.BaseTestTaskGroup, case),
+            {"loop_factory": staticmethod(rsloop.new_event_loop)},
+        )
+        _add_rsloop_class(
+            mod,
+            "RsloopEagerTaskTaskGroup",
+            (mod.BaseTestTaskGroup, case),
+            {"loop_factory": staticmethod(eager_rsloop)},
+        )
+
     if name == "test_unix_events":
         # SelectorEventLoopUnixSocketTests: create_unix_server/connection argument
         # checks and errors, on asyncio.SelectorEventLoop(); the same on rsloop.
