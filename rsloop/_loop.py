@@ -129,21 +129,30 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         if name != "time":
             super().__setattr__(name, value)
             return
-        base = type(self)._own_time_base or type(self)
+        cls = type(self)
+        base = cls._own_time_base or cls
+        if getattr(value, "__self__", None) is self and value == _NativeLoop.time.__get__(self):
+            # The loop's own clock set back (pytest's monkeypatch undoes this way).
+            object.__setattr__(self, "__class__", base)
+            self._check_time_source()
+            return
         namespace = {
             "time": staticmethod(value),  # the value itself, as an instance attribute is
             "_own_time_base": base,
+            "_own_time_layer": True,
             "__module__": base.__module__,
             "__qualname__": base.__qualname__,
             "__doc__": base.__doc__,
         }
-        object.__setattr__(self, "__class__", type(base.__name__, (base,), namespace))
+        # Stacked on the current class: a nested mock.patch.object(loop, "time") restores
+        # the outer value when it ends, as with an instance attribute.
+        object.__setattr__(self, "__class__", type(base.__name__, (cls,), namespace))
         self._check_time_source()
 
     def __delattr__(self, name: str) -> None:
-        base = type(self)._own_time_base
-        if name == "time" and base is not None:
-            object.__setattr__(self, "__class__", base)
+        cls = type(self)
+        if name == "time" and "_own_time_layer" in cls.__dict__:
+            object.__setattr__(self, "__class__", cls.__bases__[0])
             self._check_time_source()
             return
         super().__delattr__(name)
@@ -517,6 +526,9 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
     def _warn_slow_callback(self, handle, seconds: float) -> None:
         """Debug mode: a callback ran for at least ``slow_callback_duration``."""
         callback = handle._callback
+        if callback is _run_threadsafe_handle and handle._args:
+            handle = handle._args[0]  # 3.14+: asyncio's handle, as asyncio names it
+            callback = handle._callback
         owner = getattr(callback, "__self__", None)
         text = repr(owner) if isinstance(owner, tasks.Task) else str(handle)
         base_events.logger.warning("Executing %s took %.3f seconds", text, seconds)  # type: ignore[attr-defined]

@@ -136,6 +136,10 @@ class NetMixin:
         # `timeouts`: the SSL handshake timeout, and the shutdown timeout from 3.11 on, as
         # this Python's asyncio passes them on to `_accept_connection2`. `context`: the
         # server's (asyncio 3.15+), of which each connection gets a copy.
+        if context is None and timeouts and isinstance(timeouts[-1], contextvars.Context):
+            # asyncio 3.15's own accept retry passes the context by position.
+            *rest, context = timeouts
+            timeouts = tuple(rest)
         fd = sock.fileno()
         if fd == -1:
             # Closed before a retry after EMFILE came due (asyncio logs a ValueError).

@@ -511,7 +511,7 @@ class SockMixin:
 
     async def _sock_sendfile_copy(self, sock, file, offset, count):
         """sock_sendfile without os.sendfile: read in the executor, sock_sendall."""
-        if offset or (_SEEK_ALWAYS and hasattr(file, "seek")):
+        if hasattr(file, "seek") if _SEEK_ALWAYS else offset:
             file.seek(offset)
         chunk = constants.SENDFILE_FALLBACK_READBUFFER_SIZE
         blocksize = min(count, chunk) if count else chunk

@@ -282,7 +282,13 @@ class UnixMixin:
         if _PUBLISH_AT_REAP and hasattr(os, "waitid"):
             # Wait without reaping; the loop's thread reaps and publishes in one step.
             try:
-                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+                while True:
+                    res = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+                    # macOS reports a stopped child here too: consume it, wait on.
+                    if res is not None and res.si_code == getattr(os, "CLD_STOPPED", -1):
+                        os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG)
+                        continue
+                    break
             except ChildProcessError:
                 pass  # reaped elsewhere: the loop's waitpid reports 255
             try:

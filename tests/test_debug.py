@@ -196,6 +196,18 @@ def test_slow_callback_warning(loop, caplog):
     assert re.match(pattern, rec.getMessage())
 
 
+def test_slow_threadsafe_callback_warning_names_the_callback(loop, caplog):
+    # 3.14+: asyncio's _ThreadSafeHandle (its class name); earlier, a Handle.
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.05
+    loop.call_soon_threadsafe(time.sleep, 0.06)
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        run_once(loop)
+    [rec] = [r for r in caplog.records if r.name == "asyncio"]
+    pattern = r"^Executing <(_ThreadSafe)?Handle sleep\(0\.06\) .*> took \d+\.\d{3} seconds$"
+    assert re.match(pattern, rec.getMessage()), rec.getMessage()
+
+
 @pytest.mark.debug_mode(False)
 def test_no_slow_callback_warning_without_debug(loop, caplog):
     loop.slow_callback_duration = 0.01

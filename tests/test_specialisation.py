@@ -114,17 +114,34 @@ def test_time_set_on_the_loop_is_what_it_reads_and_drives_its_timers(loop_kind):
         if not is_rsloop_native(loop):
             pytest.skip("rsloop's native loop")
         cls = type(loop)
-        loop.time = lambda: 100.0
-        assert loop.time() == 100.0
+        loop.time = lambda: 1e12
+        assert loop.time() == 1e12
         assert isinstance(loop, cls)
         fired = []
-        loop.call_at(99.0, fired.append, 1)  # already due on the loop's own clock
+        loop.call_at(1e12 - 1, fired.append, 1)  # due on that clock only
+        loop.call_at(1e12, fired.append, 2)  # due at exactly `now` (3.15's ulp rule)
         loop.run_until_complete(_noop())
-        assert fired == [1]
+        assert fired == [1, 2]
         del loop.time
         assert type(loop) is cls
-        assert loop.time() != 100.0
+        assert loop.time() < 1e11
         with pytest.raises(AttributeError):
             del loop.time  # not the instance's any more, as for any attribute
     finally:
         loop.close()
+
+
+def test_nested_time_patches_restore_the_outer_one(loop):
+    if not is_rsloop_native(loop):
+        pytest.skip("rsloop's native loop")
+    with mock.patch.object(loop, "time", lambda: 100.0):
+        with mock.patch.object(loop, "time", lambda: 200.0):
+            assert loop.time() == 200.0
+        assert loop.time() == 100.0
+    assert loop.time() not in (100.0, 200.0)
+    assert "_own_time_layer" not in type(loop).__dict__
+    original = loop.time
+    loop.time = lambda: 5.0
+    loop.time = original  # pytest's monkeypatch undoes this way
+    assert "_own_time_layer" not in type(loop).__dict__  # back on its class
+    assert loop.time() != 5.0

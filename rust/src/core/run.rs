@@ -191,7 +191,9 @@ impl LoopCore {
                     return Err(e);
                 }
             };
-            let end_time = now + self.clock_resolution;
+            // asyncio 3.15: `now + max(resolution, math.ulp(now))`, so that a timer due at a
+            // large `now` (a patched `time()`) is due; the same on every version.
+            let end_time = now + self.clock_resolution.max(ulp(now));
             if is_due(first, end_time) {
                 let fired = self.queues.with(py, |q| q.fire_timers(py, end_time));
                 self.stats.timers_fired.add(fired);
@@ -663,4 +665,28 @@ fn queue_full(e: &std::io::Error) -> bool {
         e.kind(),
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ResourceBusy
     )
+}
+
+/// `math.ulp(x)` for a finite, non-negative `x`: the gap to the next larger float.
+fn ulp(x: f64) -> f64 {
+    let x = x.abs();
+    if !x.is_finite() {
+        return f64::NAN;
+    }
+    f64::from_bits(x.to_bits() + 1) - x
+}
+
+#[cfg(test)]
+mod ulp_tests {
+    use super::ulp;
+
+    #[test]
+    fn ulp_is_pythons_math_ulp() {
+        // math.ulp(1.0), math.ulp(1e9), math.ulp(0.0) in CPython.
+        assert_eq!(ulp(1.0), f64::EPSILON);
+        assert_eq!(ulp(1e9), 1.1920928955078125e-07);
+        assert_eq!(ulp(0.0), 5e-324);
+        // A timer due at a large `now` is due once the ulp is added.
+        assert!(1e12 < 1e12 + 1e-9_f64.max(ulp(1e12)));
+    }
 }
