@@ -333,7 +333,8 @@ def _audit(session: nox.Session, wheel: str, tag: str) -> None:
 
     out = session.run("auditwheel", "show", wheel, silent=True)
     session.log(out.strip())
-    found = re.search(r'consistent with\s+the\s+following\s+platform\s+tag:\s+"([^"]+)"', out)
+    # (auditwheel wraps its lines: a long wheel name puts a newline anywhere in it)
+    found = re.search(r'consistent\s+with\s+the\s+following\s+platform\s+tag:\s+"([^"]+)"', out)
     family, major, minor = tag.rsplit("_", 2)
     got = re.fullmatch(rf"{family}_(\d+)_(\d+)_x86_64", found.group(1)) if found else None
     if got is None or (int(got[1]), int(got[2])) > (int(major), int(minor)):
