@@ -79,6 +79,8 @@ async def _exchange(loop, serve, connect) -> tuple[Seer, Seer]:
     client.transport.write(b"ping")
     await client.lost
     await servers[0].lost
+    # 3.10's TLS transport is closed only by its own close(), not by the peer's.
+    client.transport.close()
     await close_server(server)
     return servers[0], client
 
