@@ -14,6 +14,7 @@ import inspect
 import sys
 import threading
 import traceback
+import types
 import warnings
 from asyncio import base_events, constants, coroutines, events, futures, tasks
 
@@ -29,6 +30,22 @@ from ._unix import UnixMixin
 _FACTORY_TAKES_NAME = (
     "name" not in inspect.signature(base_events.BaseEventLoop.create_task).parameters
 )
+
+# Probed, not read off the version: asyncio's create_task() takes keywords beyond name
+# and context (eager_start, or a task factory's own) from 3.14 and from a later 3.13
+# bug-fix release; 3.13.0 refuses them.
+_CREATE_TASK_TAKES_KWARGS = any(
+    p.kind is inspect.Parameter.VAR_KEYWORD
+    for p in inspect.signature(base_events.BaseEventLoop.create_task).parameters.values()
+)
+
+# Where reading an instance's __dict__ makes a real dict of it, which ends attribute-read
+# specialisation on that instance (CPython 3.12 and 3.13; 3.14 keeps the values inline
+# behind the dict). 3.10 and 3.11 specialise no method read on a loop either way.
+_DICT_READ_MAKES_IT = (3, 12) <= sys.version_info < (3, 14)
+_NO_NAMES: types.MappingProxyType[str, object] = types.MappingProxyType({})
+# The instance dict's own getter (the mixins are where the loop's dict comes from).
+_instance_dict = SockMixin.__dict__["__dict__"].__get__
 
 # asyncio's handle for call_soon_threadsafe(), where it has one (3.14+).
 _ThreadSafeHandle = getattr(events, "_ThreadSafeHandle", None)
@@ -74,13 +91,41 @@ _BIND_CALL_SOON = sys.version_info < (3, 12)
 class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoop):  # type: ignore[misc]
     """An asyncio event loop on rsloop's native core (io_uring or mio)."""
 
-    # The virtual clock (rsloop.testing.VirtualClock) the native core reads, if any, and
-    # the future of its advance() in progress. Class attributes by default: a loop
-    # without a clock has the same instance dict as before.
-    _clock = None
-    _virtual_advance_waiter = None
+    # The loop's own state is in slots, so its instance dict is never made unless a user
+    # sets a name of their own. On 3.13 a subclass of a native type keeps no values
+    # inline: CPython specialises a method read on such an instance (`loop.call_soon`)
+    # only while its dict does not exist (LOAD_ATTR_METHOD_LAZY_DICT). On 3.12 and
+    # 3.14+ the values are inline and slots change nothing for reads. The dict itself
+    # (and weak references) come from the mixins.
+    __slots__ = (
+        # The virtual clock (rsloop.testing.VirtualClock) the native core reads, if any,
+        # and the future of its advance() in progress.
+        "_clock",
+        "_virtual_advance_waiter",
+        "_exception_handler",
+        "_default_executor",
+        "_executor_shutdown_called",
+        "_asyncgens",
+        "_asyncgens_shutdown_called",
+        "_coroutine_origin_tracking_enabled",
+        "_coroutine_origin_tracking_saved_depth",
+        "_current_handle",
+        # NetMixin's
+        "_transports",
+        "_unix_server_sockets",
+        "_acceptors",
+        # UnixMixin's
+        "_signal_handlers",
+        "_ssock",
+        "_csock",
+        "_children",
+        # Set once a name of the user's own is set on the loop (see `__dict__`).
+        "_own_names",
+    )
 
     def __init__(self, backend: str | None = None, clock=None) -> None:
+        self._clock = None
+        self._virtual_advance_waiter = None
         if clock is not None:
             self._clock = clock
             try:
@@ -127,6 +172,8 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
 
     def __setattr__(self, name: str, value) -> None:
         if name != "time":
+            if name not in _LOOP_SLOTS:
+                object.__setattr__(self, "_own_names", True)
             super().__setattr__(name, value)
             return
         cls = type(self)
@@ -149,9 +196,24 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         object.__setattr__(self, "__class__", type(base.__name__, (cls,), namespace))
         self._check_time_source()
 
+    if _DICT_READ_MAKES_IT:
+        # On 3.12 and 3.13, reading `loop.__dict__` makes the instance dict, and no
+        # method read on that loop is specialised after. mock.patch.object(loop, ...)
+        # reads it to learn whether the name is the instance's own. Until a name of the
+        # user's own is set, the loop keeps nothing in its dict, and this answers with an
+        # empty read-only view of it instead of making it.
+        @property
+        def __dict__(self):  # type: ignore[override]
+            try:
+                if self._own_names:
+                    return _instance_dict(self)
+            except AttributeError:
+                pass
+            return _NO_NAMES
+
     def __delattr__(self, name: str) -> None:
         cls = type(self)
-        if name == "time" and "_own_time_layer" in cls.__dict__:
+        if name == "time" and "_own_time_layer" in vars(cls):
             object.__setattr__(self, "__class__", cls.__bases__[0])
             self._check_time_source()
             return
@@ -413,7 +475,7 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
     def _create_task_slow(self, coro, name, context, kwargs):
         if context is not None and not _compat.PY311:
             raise TypeError("create_task() got an unexpected keyword argument 'context'")
-        if kwargs and not _compat.PY313:
+        if kwargs and not _CREATE_TASK_TAKES_KWARGS:
             raise TypeError(
                 f"create_task() got an unexpected keyword argument {next(iter(kwargs))!r}"
             )
@@ -561,6 +623,9 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
     def backend_reason(self) -> str | None:
         """Why the preferred driver is not used, or None."""
         return self._backend_info()[1]
+
+
+_LOOP_SLOTS = frozenset(Loop.__slots__)
 
 
 def _handler_context(context):
