@@ -22,6 +22,7 @@ from . import _compat, _format, _malloc, _streams
 from ._net import NetMixin
 from ._rsloop import Loop as _NativeLoop
 from ._rsloop import set_malloc_thresholds as _set_malloc_thresholds
+from ._rsloop import set_threadsafe_handles_wait as _set_threadsafe_handles_wait
 from ._sock import SockMixin
 from ._unix import UnixMixin
 
@@ -47,15 +48,10 @@ _NO_NAMES: types.MappingProxyType[str, object] = types.MappingProxyType({})
 # The instance dict's own getter (the mixins are where the loop's dict comes from).
 _instance_dict = SockMixin.__dict__["__dict__"].__get__
 
-# asyncio's handle for call_soon_threadsafe(), where it has one (3.14+).
-_ThreadSafeHandle = getattr(events, "_ThreadSafeHandle", None)
-_native_call_soon_threadsafe = _NativeLoop.call_soon_threadsafe
-
-
-def _run_threadsafe_handle(handle) -> None:
-    # The loop's check, as asyncio's _run_once makes it; the handle checks again.
-    if not handle._cancelled:
-        handle._run()
+# Where asyncio has a handle class of its own for call_soon_threadsafe() (3.14+, probed),
+# its cancel() and cancelled() wait for a run in progress in another thread: so do the
+# native handles call_soon_threadsafe() makes.
+_set_threadsafe_handles_wait(hasattr(events, "_ThreadSafeHandle"))
 
 
 __all__ = ["Loop"]
@@ -232,26 +228,6 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
     def _check_closed(self) -> None:
         if self.is_closed():
             raise RuntimeError("Event loop is closed")
-
-    if _ThreadSafeHandle is not None:
-
-        def call_soon_threadsafe(self, callback, *args, context=None):
-            """Like call_soon(), but safe to call from another thread.
-
-            Where asyncio has ``events._ThreadSafeHandle`` (3.14+, probed), the handle is
-            that class, as asyncio's loop returns: its ``cancel()`` from another thread
-            waits for a callback that already started, and its run checks cancellation
-            again under its lock. The native queue runs it.
-            """
-            self._check_closed()
-            if self.get_debug():
-                _format.check_callback(callback, "call_soon_threadsafe")
-            handle = _ThreadSafeHandle(callback, args, self, context)
-            tb = handle._source_traceback
-            while tb and tb[-1].filename in (__file__, events.__file__):
-                del tb[-1]  # the handle's and this method's frames: the caller's is last
-            _native_call_soon_threadsafe(self, _run_threadsafe_handle, handle)
-            return handle
 
     def _check_running(self) -> None:
         if self.is_running():
@@ -588,9 +564,6 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
     def _warn_slow_callback(self, handle, seconds: float) -> None:
         """Debug mode: a callback ran for at least ``slow_callback_duration``."""
         callback = handle._callback
-        if callback is _run_threadsafe_handle and handle._args:
-            handle = handle._args[0]  # 3.14+: asyncio's handle, as asyncio names it
-            callback = handle._callback
         owner = getattr(callback, "__self__", None)
         text = repr(owner) if isinstance(owner, tasks.Task) else str(handle)
         base_events.logger.warning("Executing %s took %.3f seconds", text, seconds)  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ __all__ = [
     "StreamOp",
     "set_malloc_thresholds",
     "set_asyncio_behaviour",
+    "set_threadsafe_handles_wait",
 ]
 
 __version__: str
@@ -288,3 +289,4 @@ class StreamOp:
 
 def set_malloc_thresholds(mmap_threshold: int, trim_threshold: int) -> bool: ...
 def set_asyncio_behaviour(write_type_error: str, writelines_skips_empty: bool) -> None: ...
+def set_threadsafe_handles_wait(wait: bool) -> None: ...

@@ -746,3 +746,68 @@ def test_handle_keeps_the_context_its_callback_changed(loop, handler_log):
     assert ctx["handle"] is handle
     context = handle.get_context() if hasattr(handle, "get_context") else handle._context
     assert context[var] == "set-by-callback"
+
+
+# ----- a call_soon_threadsafe handle cancelled from another thread -----
+
+# 3.14+ (probed): asyncio's call_soon_threadsafe() returns events._ThreadSafeHandle, whose
+# cancel() and cancelled() from another thread wait for a run in progress. Before, they
+# return at once. The asyncio row is the reference on each version.
+THREADSAFE_CANCEL_WAITS = hasattr(asyncio.events, "_ThreadSafeHandle")
+
+
+@pytest.mark.parametrize("method", ["cancel", "cancelled"])
+def test_threadsafe_handle_cancel_from_another_thread_waits_as_asyncio(loop, method):
+    started = threading.Event()
+    done: list[str] = []
+    seen: list[bool] = []
+
+    def slow() -> None:
+        started.set()
+        time.sleep(0.3)  # the GIL released: the other thread goes on meanwhile
+        done.append("ran")
+
+    def other_thread() -> None:
+        assert started.wait(10)
+        getattr(handle, method)()
+        seen.append(bool(done))  # had the callback finished when it returned?
+        loop.call_soon_threadsafe(loop.stop)
+
+    handle = loop.call_soon_threadsafe(slow)
+    t = threading.Thread(target=other_thread)
+    t.start()
+    run_until_stopped(loop)
+    t.join(10)
+    assert done == ["ran"]
+    assert seen == [THREADSAFE_CANCEL_WAITS]
+
+
+def test_threadsafe_handle_cancelled_from_another_thread_before_its_run_never_runs(loop):
+    ran: list[int] = []
+    made: list = []
+
+    def other_thread() -> None:
+        h = loop.call_soon_threadsafe(ran.append, 1)
+        h.cancel()
+        made.append(h)
+        loop.call_soon_threadsafe(loop.stop)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join(10)
+    run_until_stopped(loop)
+    assert ran == [] and made[0].cancelled()
+
+
+def test_a_callback_cancels_its_own_threadsafe_handle_without_waiting(loop):
+    out: list[bool] = []
+    holder: list = []
+
+    def cb() -> None:
+        holder[0].cancel()  # the thread running it: no wait (asyncio's lock is an RLock)
+        out.append(holder[0].cancelled())
+        loop.stop()
+
+    holder.append(loop.call_soon_threadsafe(cb))
+    run_until_stopped(loop)
+    assert out == [True]

@@ -3,8 +3,9 @@
 //! Owns: what one scheduled callback is, running it under its context, cancellation.
 //! Not: queues and ordering (`core/`), formatting and error reporting (Python, `rsloop/_format.py`).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::thread::{self, ThreadId};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -116,6 +117,11 @@ impl Flags {
     const OFF_HEAP: u8 = 1 << 5;
     /// A timer's: its deadline was an `int` given to `call_at` that f64 holds exactly.
     const INT_WHEN: u8 = 1 << 6;
+    /// Not a timer's: made by `call_soon_threadsafe` where asyncio's handle for it waits
+    /// (3.14+): its `cancel()` and `cancelled()` from another thread wait for a run in
+    /// progress. It shares `INT_WHEN`'s bit (the cell has seven): no timer is made by
+    /// `call_soon_threadsafe`, and only `TimerHandle` reads `INT_WHEN`.
+    const THREADSAFE: u8 = 1 << 6;
     /// What `empty` clears: the bits that describe the contents it takes.
     const CONTENTS: u8 = Self::SHAPE | Self::FRESH_CONTEXT | Self::DEBUG;
 
@@ -153,6 +159,10 @@ impl Flags {
 
     fn int_when(self) -> bool {
         self.0 & Self::INT_WHEN != 0
+    }
+
+    fn threadsafe(self) -> bool {
+        self.0 & Self::THREADSAFE != 0
     }
 
     /// `arg` now holds `shape`.
@@ -326,6 +336,43 @@ pub struct Handle {
 /// How new handles are made, once [`Handle::probe_fast_new`] has looked: `Some` when the
 /// class's layout allows making them by hand.
 static FAST_NEW: OnceLock<Option<FastNew<Handle>>> = OnceLock::new();
+
+/// Whether `call_soon_threadsafe`'s handles wait as asyncio's `events._ThreadSafeHandle`
+/// does (3.14+, probed by `rsloop._loop`): there `cancel()` and `cancelled()` take a lock
+/// that the run holds, so called from another thread they return only once a callback
+/// already started has finished, and after `cancel()` returns the callback is not
+/// running. (Under the GIL, the run's own check of `cancelled` and the call are one step.)
+static THREADSAFE_WAITS: AtomicBool = AtomicBool::new(false);
+
+/// The `call_soon_threadsafe` handles whose callbacks run now, with the thread running
+/// each (a handle's address while it runs). Only handles marked `THREADSAFE` enter it.
+static RUNNING_THREADSAFE: Mutex<Vec<(usize, ThreadId)>> = Mutex::new(Vec::new());
+
+/// Sets [`THREADSAFE_WAITS`] (called once, by `rsloop._loop`).
+#[pyfunction]
+pub fn set_threadsafe_handles_wait(wait: bool) {
+    THREADSAFE_WAITS.store(wait, Ordering::Relaxed);
+}
+
+/// Holds a `THREADSAFE` handle in [`RUNNING_THREADSAFE`] while its callback runs.
+struct RunningThreadsafe(usize);
+
+impl RunningThreadsafe {
+    fn enter(handle: &Handle) -> Self {
+        let key = std::ptr::from_ref(handle) as usize;
+        lock(&RUNNING_THREADSAFE).push((key, thread::current().id()));
+        RunningThreadsafe(key)
+    }
+}
+
+impl Drop for RunningThreadsafe {
+    fn drop(&mut self) {
+        let mut running = lock(&RUNNING_THREADSAFE);
+        if let Some(i) = running.iter().position(|&(k, _)| k == self.0) {
+            running.swap_remove(i);
+        }
+    }
+}
 
 /// How a handle is run and what it tells the caller.
 pub enum RunOutcome {
@@ -504,6 +551,10 @@ impl Handle {
     /// A handle scheduled from an empty context runs in `spare` if given (an empty context
     /// nothing else references, left by an earlier run), else in a new one.
     pub fn run(&self, py: Python<'_>, spare: &mut Option<Py<PyAny>>) -> RunOutcome {
+        let _running = self
+            .flags()
+            .threadsafe()
+            .then(|| RunningThreadsafe::enter(self));
         // Bound, not Py, clones: dropping a Bound is a plain decref (a Py's drop first
         // asks a thread-local whether the GIL is held).
         let cloned = self.state.with_flags(py, |st, bits| {
@@ -559,6 +610,32 @@ impl Handle {
         match result {
             Ok(_) => RunOutcome::Done,
             Err(e) => RunOutcome::Raised(e),
+        }
+    }
+
+    /// Marks a handle made by `call_soon_threadsafe` as such, where its `cancel()` waits
+    /// for a run in progress (see [`THREADSAFE_WAITS`]).
+    pub fn mark_threadsafe(&self, py: Python<'_>) {
+        if THREADSAFE_WAITS.load(Ordering::Relaxed) {
+            self.update_flags(py, |f| Flags(f.0 | Flags::THREADSAFE));
+        }
+    }
+
+    /// Returns once no other thread runs this handle's callback (at once for a handle not
+    /// made by `call_soon_threadsafe`), the GIL released while it waits.
+    fn wait_for_a_run_elsewhere(&self, py: Python<'_>) {
+        if !self.flags().threadsafe() {
+            return;
+        }
+        let key = std::ptr::from_ref(self) as usize;
+        let me = thread::current().id();
+        let busy = || {
+            lock(&RUNNING_THREADSAFE)
+                .iter()
+                .any(|&(k, t)| k == key && t != me)
+        };
+        while busy() {
+            py.detach(thread::yield_now);
         }
     }
 
@@ -661,10 +738,12 @@ impl Handle {
 
     /// Cancels the callback; a no-op if it already ran or was cancelled.
     fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.get().wait_for_a_run_elsewhere(slf.py());
         Handle::cancel_inner(slf).map(|_| ())
     }
 
-    fn cancelled(&self) -> bool {
+    fn cancelled(&self, py: Python<'_>) -> bool {
+        self.wait_for_a_run_elsewhere(py);
         self.is_cancelled()
     }
 

@@ -524,6 +524,7 @@ impl Loop {
             )?;
         }
         let handle = self.core.make_handle(py, callback, args, context, debug)?;
+        handle.get().mark_threadsafe(py);
         if self.on_loop_thread() {
             self.core.push_ready(py, handle.clone_ref(py));
         } else {

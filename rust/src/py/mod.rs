@@ -61,6 +61,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(unix)]
     m.add_class::<streams::StreamReaderCore>()?;
     m.add_function(wrap_pyfunction!(set_malloc_thresholds, m)?)?;
+    m.add_function(wrap_pyfunction!(
+        crate::handles::set_threadsafe_handles_wait,
+        m
+    )?)?;
     Ok(())
 }
 
