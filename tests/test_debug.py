@@ -197,7 +197,7 @@ def test_slow_callback_warning(loop, caplog):
 
 
 def test_slow_threadsafe_callback_warning_names_the_callback(loop, caplog):
-    # 3.14+: asyncio's _ThreadSafeHandle (its class name); earlier, a Handle.
+    # asyncio's own loop on 3.14+ names its _ThreadSafeHandle; rsloop's handle is a Handle.
     loop.set_debug(True)
     loop.slow_callback_duration = 0.05
     loop.call_soon_threadsafe(time.sleep, 0.06)
