@@ -39,6 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _machine import describe  # noqa: E402
 from run import (  # noqa: E402
     ALL_LOOPS,
     DEFAULT_LOOPS,
@@ -902,6 +903,7 @@ def main(argv=None) -> int:
         "python": args.python,
         "client": client,
         "platform": platform.platform(),
+        "machine": describe(),
         "cpu_count": os.cpu_count(),
         "git_commit": commit,
         "loops": args.loops,
@@ -958,7 +960,7 @@ def main(argv=None) -> int:
         else ""
     )
     print(
-        f"\n{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"\n{describe()}, "
         f"repo HEAD {commit or '?'}, {meta['wall_seconds']} s wall, load average "
         f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end.{busy} "
         f"JSON: {out_path}"

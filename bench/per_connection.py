@@ -32,6 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _machine import describe  # noqa: E402
 from run import (  # noqa: E402
     add_venv_options,
     child_command,
@@ -170,6 +171,7 @@ def main(argv=None) -> int:
                 f"| {cell(runs, 'objects_per_conn', '.1f')} "
                 f"| {cell(runs, 'young_collections', '.0f')} |"
             )
+    print(f"\n{describe()}")
     return 0
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _machine import describe  # noqa: E402
 from burst import BURSTS  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
@@ -486,6 +487,7 @@ def main(argv=None) -> int:
         "sizes": sizes,
         "python": args.python,
         "platform": platform.platform(),
+        "machine": describe(),
         "cpu_count": os.cpu_count(),
         "git_commit": commit,
         "loops": args.loops,
@@ -537,7 +539,7 @@ def main(argv=None) -> int:
         else ""
     )
     print(
-        f"\n{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"\n{describe()}, "
         f"repo HEAD {commit or '?'}, {meta['wall_seconds']} s wall, load average "
         f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end{busy}. "
         f"JSON: {out_path}"

@@ -32,6 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _machine import describe  # noqa: E402
 from burst import BURSTS  # noqa: E402
 from run import (  # noqa: E402
     ALL_LOOPS,
@@ -208,12 +209,14 @@ def main(argv=None) -> int:
                         table[wl][n][lp]["syscalls_per_op"] = syscalls_per_op(args, lp, wl, n)
     text = markdown(args, table)
     print(text)
+    print(f"\n{describe()}")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else HERE / "results" / f"scale-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "cpu": describe(),
         "loadavg_end": _loadavg(),
         "argv": sys.argv[1:],
     }

@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import net  # noqa: E402
+from _machine import describe  # noqa: E402
 from run import _loadavg  # noqa: E402
 from syscalls import parse_summary  # noqa: E402
 
@@ -360,7 +361,7 @@ def main(argv=None) -> int:
         "skipped": skipped,
     }
     print(
-        f"\n{meta['platform']}, Python {meta['python']}, {meta['wall_seconds']} s wall, load "
+        f"\n{describe()}, {meta['wall_seconds']} s wall, load "
         f"average {load0} at start, {meta['loadavg_end']} at end (2 CPUs, shared machine)."
         + "".join(f"\n- {lp}: skipped ({why})" for lp, why in skipped.items())
     )
