@@ -14,7 +14,6 @@ import inspect
 import sys
 import threading
 import traceback
-import types
 import warnings
 from asyncio import base_events, constants, coroutines, events, futures, tasks
 
@@ -39,14 +38,6 @@ _CREATE_TASK_TAKES_KWARGS = any(
     p.kind is inspect.Parameter.VAR_KEYWORD
     for p in inspect.signature(base_events.BaseEventLoop.create_task).parameters.values()
 )
-
-# Where reading an instance's __dict__ makes a real dict of it, which ends attribute-read
-# specialisation on that instance (CPython 3.12 and 3.13; 3.14 keeps the values inline
-# behind the dict). 3.10 and 3.11 specialise no method read on a loop either way.
-_DICT_READ_MAKES_IT = (3, 12) <= sys.version_info < (3, 14)
-_NO_NAMES: types.MappingProxyType[str, object] = types.MappingProxyType({})
-# The instance dict's own getter (the mixins are where the loop's dict comes from).
-_instance_dict = SockMixin.__dict__["__dict__"].__get__
 
 # Where asyncio has a handle class of its own for call_soon_threadsafe() (3.14+, probed),
 # its cancel() and cancelled() wait for a run in progress in another thread: so do the
@@ -115,8 +106,6 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         "_ssock",
         "_csock",
         "_children",
-        # Set once a name of the user's own is set on the loop (see `__dict__`).
-        "_own_names",
     )
 
     def __init__(self, backend: str | None = None, clock=None) -> None:
@@ -168,8 +157,6 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
 
     def __setattr__(self, name: str, value) -> None:
         if name != "time":
-            if name not in _LOOP_SLOTS:
-                object.__setattr__(self, "_own_names", True)
             super().__setattr__(name, value)
             return
         cls = type(self)
@@ -191,21 +178,6 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
         # the outer value when it ends, as with an instance attribute.
         object.__setattr__(self, "__class__", type(base.__name__, (cls,), namespace))
         self._check_time_source()
-
-    if _DICT_READ_MAKES_IT:
-        # On 3.12 and 3.13, reading `loop.__dict__` makes the instance dict, and no
-        # method read on that loop is specialised after. mock.patch.object(loop, ...)
-        # reads it to learn whether the name is the instance's own. Until a name of the
-        # user's own is set, the loop keeps nothing in its dict, and this answers with an
-        # empty read-only view of it instead of making it.
-        @property
-        def __dict__(self):  # type: ignore[override]
-            try:
-                if self._own_names:
-                    return _instance_dict(self)
-            except AttributeError:
-                pass
-            return _NO_NAMES
 
     def __delattr__(self, name: str) -> None:
         cls = type(self)
@@ -596,9 +568,6 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
     def backend_reason(self) -> str | None:
         """Why the preferred driver is not used, or None."""
         return self._backend_info()[1]
-
-
-_LOOP_SLOTS = frozenset(Loop.__slots__)
 
 
 def _handler_context(context):

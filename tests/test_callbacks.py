@@ -811,3 +811,23 @@ def test_a_callback_cancels_its_own_threadsafe_handle_without_waiting(loop):
     holder.append(loop.call_soon_threadsafe(cb))
     run_until_stopped(loop)
     assert out == [True]
+
+
+def test_cancelled_of_a_running_timer_from_another_thread_does_not_wait(loop):
+    """An `int` deadline marks a timer in the bit a call_soon_threadsafe handle uses for
+    its wait: a timer's cancelled() from another thread must answer at once (the callback
+    waits for that answer here: a wait would deadlock until the safety stop)."""
+    answered = threading.Event()
+
+    def in_thread(h) -> None:
+        h.cancelled()
+        answered.set()
+
+    def cb() -> None:
+        threading.Thread(target=in_thread, args=(holder[0],)).start()
+        assert answered.wait(5)
+        loop.stop()
+
+    holder = [loop.call_at(int(loop.time()), cb)]
+    run_until_stopped(loop)
+    assert answered.is_set()

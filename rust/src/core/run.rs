@@ -20,7 +20,9 @@ use super::{LoopCore, Queues, FREE_HANDLES_IDLE};
 use crate::driver::{Completion, Op, Token};
 use crate::errors::os_error;
 use crate::ffi::python::{context_is_empty, has_weakrefs, refcnt};
-use crate::handles::{lock, Args, Handle, RunOutcome, TimerHandle, HANDLE_BYTES};
+use crate::handles::{
+    lock, Args, Handle, RunOutcome, RunningThreadsafe, TimerHandle, HANDLE_BYTES,
+};
 use crate::sys::prefetch::prefetch_span;
 
 /// How many handles ahead of the one running [`LoopCore::run_ready`] prefetches.
@@ -494,6 +496,7 @@ impl LoopCore {
             }
             ran += 1;
             let t0 = if debug { Some(self.time()) } else { None };
+            let running = RunningThreadsafe::enter_if_threadsafe(handle.bind(py));
             let outcome = h.run(py, &mut scratch.spare_context);
             let outcome_is_ok = matches!(outcome, RunOutcome::Done);
             let mut fatal = None;
@@ -510,6 +513,7 @@ impl LoopCore {
                         .err();
                 }
             }
+            drop(running);
             if let Some(fatal) = fatal {
                 // KeyboardInterrupt / SystemExit (or a failing warning): leave the rest of the
                 // batch queued in front of anything added since, as asyncio's deque would.

@@ -4,7 +4,7 @@
 //! Not: queues and ordering (`core/`), formatting and error reporting (Python, `rsloop/_format.py`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, ThreadId};
 
 use pyo3::gc::PyVisit;
@@ -120,7 +120,8 @@ impl Flags {
     /// Not a timer's: made by `call_soon_threadsafe` where asyncio's handle for it waits
     /// (3.14+): its `cancel()` and `cancelled()` from another thread wait for a run in
     /// progress. It shares `INT_WHEN`'s bit (the cell has seven): no timer is made by
-    /// `call_soon_threadsafe`, and only `TimerHandle` reads `INT_WHEN`.
+    /// `call_soon_threadsafe`, so the bit means this only on an exact `Handle` (every
+    /// reader checks the type: `Handle::is_threadsafe_handle`).
     const THREADSAFE: u8 = 1 << 6;
     /// What `empty` clears: the bits that describe the contents it takes.
     const CONTENTS: u8 = Self::SHAPE | Self::FRESH_CONTEXT | Self::DEBUG;
@@ -347,6 +348,8 @@ static THREADSAFE_WAITS: AtomicBool = AtomicBool::new(false);
 /// The `call_soon_threadsafe` handles whose callbacks run now, with the thread running
 /// each (a handle's address while it runs). Only handles marked `THREADSAFE` enter it.
 static RUNNING_THREADSAFE: Mutex<Vec<(usize, ThreadId)>> = Mutex::new(Vec::new());
+/// Signalled whenever a handle leaves [`RUNNING_THREADSAFE`].
+static THREADSAFE_RUN_ENDED: Condvar = Condvar::new();
 
 /// Sets [`THREADSAFE_WAITS`] (called once, by `rsloop._loop`).
 #[pyfunction]
@@ -354,10 +357,17 @@ pub fn set_threadsafe_handles_wait(wait: bool) {
     THREADSAFE_WAITS.store(wait, Ordering::Relaxed);
 }
 
-/// Holds a `THREADSAFE` handle in [`RUNNING_THREADSAFE`] while its callback runs.
-struct RunningThreadsafe(usize);
+/// Holds a `THREADSAFE` handle in [`RUNNING_THREADSAFE`] while its callback runs and its
+/// error, if any, is reported (asyncio's handle holds its lock through both).
+pub struct RunningThreadsafe(usize);
 
 impl RunningThreadsafe {
+    /// Registers `handle` if it is a `call_soon_threadsafe` handle that waits.
+    #[inline]
+    pub fn enter_if_threadsafe(handle: &Bound<'_, Handle>) -> Option<Self> {
+        Handle::is_threadsafe_handle(handle).then(|| Self::enter(handle.get()))
+    }
+
     fn enter(handle: &Handle) -> Self {
         let key = std::ptr::from_ref(handle) as usize;
         lock(&RUNNING_THREADSAFE).push((key, thread::current().id()));
@@ -371,6 +381,8 @@ impl Drop for RunningThreadsafe {
         if let Some(i) = running.iter().position(|&(k, _)| k == self.0) {
             running.swap_remove(i);
         }
+        drop(running);
+        THREADSAFE_RUN_ENDED.notify_all();
     }
 }
 
@@ -551,10 +563,6 @@ impl Handle {
     /// A handle scheduled from an empty context runs in `spare` if given (an empty context
     /// nothing else references, left by an earlier run), else in a new one.
     pub fn run(&self, py: Python<'_>, spare: &mut Option<Py<PyAny>>) -> RunOutcome {
-        let _running = self
-            .flags()
-            .threadsafe()
-            .then(|| RunningThreadsafe::enter(self));
         // Bound, not Py, clones: dropping a Bound is a plain decref (a Py's drop first
         // asks a thread-local whether the GIL is held).
         let cloned = self.state.with_flags(py, |st, bits| {
@@ -621,22 +629,36 @@ impl Handle {
         }
     }
 
-    /// Returns once no other thread runs this handle's callback (at once for a handle not
-    /// made by `call_soon_threadsafe`), the GIL released while it waits.
-    fn wait_for_a_run_elsewhere(&self, py: Python<'_>) {
-        if !self.flags().threadsafe() {
+    /// Whether `slf` is a `call_soon_threadsafe` handle whose `cancel()` waits: the
+    /// `THREADSAFE` bit on an exact `Handle` (on a timer the bit is `INT_WHEN`).
+    #[inline]
+    pub fn is_threadsafe_handle(slf: &Bound<'_, Handle>) -> bool {
+        slf.get().flags().threadsafe() && slf.is_exact_instance_of::<Handle>()
+    }
+
+    /// Returns once no other thread runs this handle's callback (at once for any other
+    /// handle), the GIL released while it waits.
+    fn wait_for_a_run_elsewhere(slf: &Bound<'_, Handle>) {
+        if !Handle::is_threadsafe_handle(slf) {
             return;
         }
-        let key = std::ptr::from_ref(self) as usize;
+        let key = std::ptr::from_ref(slf.get()) as usize;
         let me = thread::current().id();
-        let busy = || {
-            lock(&RUNNING_THREADSAFE)
-                .iter()
-                .any(|&(k, t)| k == key && t != me)
-        };
-        while busy() {
-            py.detach(thread::yield_now);
+        let busy =
+            |running: &Vec<(usize, ThreadId)>| running.iter().any(|&(k, t)| k == key && t != me);
+        if !busy(&lock(&RUNNING_THREADSAFE)) {
+            return;
         }
+        // The loop thread takes the lock with the GIL held, never waits for the GIL
+        // while holding it: waiting here without the GIL cannot deadlock with it.
+        slf.py().detach(|| {
+            let mut running = lock(&RUNNING_THREADSAFE);
+            while busy(&running) {
+                running = THREADSAFE_RUN_ENDED
+                    .wait(running)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+        });
     }
 
     /// Marks the handle cancelled and releases the callback (outside the cell, since
@@ -738,13 +760,13 @@ impl Handle {
 
     /// Cancels the callback; a no-op if it already ran or was cancelled.
     fn cancel(slf: &Bound<'_, Self>) -> PyResult<()> {
-        slf.get().wait_for_a_run_elsewhere(slf.py());
+        Handle::wait_for_a_run_elsewhere(slf);
         Handle::cancel_inner(slf).map(|_| ())
     }
 
-    fn cancelled(&self, py: Python<'_>) -> bool {
-        self.wait_for_a_run_elsewhere(py);
-        self.is_cancelled()
+    fn cancelled(slf: &Bound<'_, Self>) -> bool {
+        Handle::wait_for_a_run_elsewhere(slf);
+        slf.get().is_cancelled()
     }
 
     fn get_context(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
