@@ -25,18 +25,18 @@ from ._rsloop import set_threadsafe_handles_wait as _set_threadsafe_handles_wait
 from ._sock import SockMixin
 from ._unix import UnixMixin
 
+# asyncio's create_task() parameters, which the two probes below read.
+_CREATE_TASK_PARAMS = inspect.signature(base_events.BaseEventLoop.create_task).parameters
+
 # 3.14+ (probed: create_task() has no `name` of its own, only **kwargs): the task
 # factory is handed every keyword of create_task(), the name included.
-_FACTORY_TAKES_NAME = (
-    "name" not in inspect.signature(base_events.BaseEventLoop.create_task).parameters
-)
+_FACTORY_TAKES_NAME = "name" not in _CREATE_TASK_PARAMS
 
 # Probed, not read off the version: asyncio's create_task() takes keywords beyond name
 # and context (eager_start, or a task factory's own) from 3.14 and from a later 3.13
 # bug-fix release; 3.13.0 refuses them.
 _CREATE_TASK_TAKES_KWARGS = any(
-    p.kind is inspect.Parameter.VAR_KEYWORD
-    for p in inspect.signature(base_events.BaseEventLoop.create_task).parameters.values()
+    p.kind is inspect.Parameter.VAR_KEYWORD for p in _CREATE_TASK_PARAMS.values()
 )
 
 # Where asyncio has a handle class of its own for call_soon_threadsafe() (3.14+, probed),
