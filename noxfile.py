@@ -615,7 +615,7 @@ def asan(session: nox.Session) -> None:
     session.run("python", runner, "--backend", "uring", "--backend", "poll", *modules, env=env)
 
 
-FUZZ_TARGETS = ["sockaddr", "ip_text", "streams", "fastcall", "datagram"]
+FUZZ_TARGETS = ["sockaddr", "ip_text", "streams", "fastcall", "datagram", "http"]
 # These embed an interpreter (rust/fuzz/fuzz_targets/embed/): they link libpython and run
 # the checkout's rsloop package on the extension built into the target.
 FUZZ_EMBEDDED = {"streams", "fastcall", "datagram"}

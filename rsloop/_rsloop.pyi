@@ -8,6 +8,9 @@ from typing_extensions import Self, disjoint_base
 
 __all__ = [
     "__version__",
+    "HttpRequestParser",
+    "chunk",
+    "response_head",
     "BUILD_URING",
     "BUILD_PORTABLE",
     "CONTEXT_PEEK",
@@ -290,3 +293,27 @@ class StreamOp:
 def set_malloc_thresholds(mmap_threshold: int, trim_threshold: int) -> bool: ...
 def set_asyncio_behaviour(write_type_error: str, writelines_skips_empty: bool) -> None: ...
 def set_threadsafe_handles_wait(wait: bool) -> None: ...
+
+# rsloop.http's native half (rust/src/py/http.rs).
+_HttpEvent = tuple[Any, ...]
+
+@final
+class HttpRequestParser:
+    """An HTTP/1.x request parser: ``feed`` returns the events the bytes complete."""
+
+    def __new__(cls, max_head: int, upgrade_websocket: bool) -> Self: ...
+    def feed(self, data: bytes) -> list[_HttpEvent]: ...
+    @property
+    def buffered(self) -> int: ...
+    @property
+    def idle(self) -> bool: ...
+
+def response_head(
+    status_line: bytes,
+    default_headers: Any,
+    headers: Any,
+    is_head: bool,
+    status: int,
+    keep_alive: bool,
+) -> tuple[bytes, bool, int, bool]: ...
+def chunk(data: bytes, last: bool) -> bytes: ...

@@ -6,6 +6,7 @@ pub mod driver;
 pub mod errors;
 pub mod ffi;
 pub mod handles;
+pub mod http;
 pub mod intmap;
 pub mod py;
 pub mod sys;

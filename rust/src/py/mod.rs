@@ -3,6 +3,7 @@
 mod clock;
 pub mod convert;
 pub(crate) mod futures;
+mod http;
 pub mod loop_;
 mod scheduling;
 #[cfg(unix)]
@@ -60,6 +61,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::ffi::iternext::install::<streams::StreamOpNext>(m.py());
     #[cfg(unix)]
     m.add_class::<streams::StreamReaderCore>()?;
+    http::register(m)?;
     m.add_function(wrap_pyfunction!(set_malloc_thresholds, m)?)?;
     m.add_function(wrap_pyfunction!(
         crate::handles::set_threadsafe_handles_wait,

@@ -1,0 +1,221 @@
+//! `rsloop._rsloop.HttpRequestParser` and the response-head helpers behind `rsloop.http`
+//! (the protocol itself is Python: `rsloop/http.py`). One `feed` per read turns the bytes
+//! into a list of events, so a request costs one call into Rust, not one per header.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+
+use crate::http::request::{Head, ParseError, RequestParser, Sink};
+use crate::http::response::{self, HeadWriter};
+
+/// Event kinds in `HttpRequestParser.feed`'s list.
+const HEAD: u8 = 0;
+const BODY: u8 = 1;
+const COMPLETE: u8 = 2;
+const UPGRADED: u8 = 3;
+const ERROR: u8 = 4;
+
+/// An HTTP/1.x request parser.
+///
+/// `feed(data)` returns the events `data` completes, in order:
+/// `(0, method, path, query, http_version, headers, keep_alive, expect_continue, upgrade)`
+/// for a head (`headers` a list of `(name, value)` bytes pairs, names lowercased;
+/// `upgrade` the `Upgrade` value when `Connection` names it, else `None`);
+/// `(1, body)`; `(2,)` when a request ends; `(3, rest)` for bytes after the head of a
+/// websocket upgrade, when `upgrade_websocket` was true (the parser reads nothing after).
+/// A malformed or ambiguous request ends the list with `(4, why)`, after the events of
+/// what came before it (a good request pipelined ahead of a bad one is still served), and
+/// every later call returns `[(4, why)]`.
+#[pyclass(module = "rsloop._rsloop", name = "HttpRequestParser")]
+pub struct HttpRequestParser {
+    parser: RequestParser,
+    upgrade_websocket: bool,
+}
+
+#[pymethods]
+impl HttpRequestParser {
+    #[new]
+    #[pyo3(signature = (max_head, upgrade_websocket))]
+    fn new(max_head: usize, upgrade_websocket: bool) -> Self {
+        HttpRequestParser {
+            parser: RequestParser::new(max_head),
+            upgrade_websocket,
+        }
+    }
+
+    fn feed<'py>(&mut self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
+        let mut sink = PySink {
+            py,
+            events: PyList::empty(py),
+            error: None,
+            upgrade_websocket: self.upgrade_websocket,
+        };
+        let parsed = self.parser.feed(data, &mut sink);
+        if let Err(err) = parsed {
+            let why: ParseError = err;
+            let event = (ERROR, why.to_string()).into_pyobject(py);
+            sink.push(event);
+        }
+        match sink.error {
+            Some(err) => Err(err),
+            None => Ok(sink.events),
+        }
+    }
+
+    /// Bytes held of a head, chunk line or trailer not yet whole.
+    #[getter]
+    fn buffered(&self) -> usize {
+        self.parser.buffered()
+    }
+
+    /// True between requests with nothing of the next one read.
+    #[getter]
+    fn idle(&self) -> bool {
+        self.parser.is_idle()
+    }
+}
+
+struct PySink<'py> {
+    py: Python<'py>,
+    events: Bound<'py, PyList>,
+    error: Option<PyErr>,
+    upgrade_websocket: bool,
+}
+
+impl PySink<'_> {
+    fn push(&mut self, event: PyResult<Bound<'_, PyTuple>>) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(err) = event.and_then(|e| self.events.append(e)) {
+            self.error = Some(err);
+        }
+    }
+}
+
+impl Sink for PySink<'_> {
+    fn head(&mut self, head: &Head<'_>) -> bool {
+        let py = self.py;
+        let event = (|| {
+            let headers = PyList::empty(py);
+            let mut lower = Vec::with_capacity(32);
+            for header in head.headers {
+                lower.clear();
+                lower.extend(header.name.bytes().map(|b| b.to_ascii_lowercase()));
+                headers.append((PyBytes::new(py, &lower), PyBytes::new(py, header.value)))?;
+            }
+            let version = if head.minor_version == 0 {
+                pyo3::intern!(py, "1.0")
+            } else {
+                pyo3::intern!(py, "1.1")
+            };
+            let upgrade = head.upgrade.map(|u| PyBytes::new(py, u));
+            (
+                HEAD,
+                PyString::new(py, head.method),
+                PyBytes::new(py, head.path),
+                PyBytes::new(py, head.query),
+                version,
+                headers,
+                head.keep_alive,
+                head.expect_continue,
+                upgrade,
+            )
+                .into_pyobject(py)
+        })();
+        self.push(event);
+        self.upgrade_websocket
+            && head
+                .upgrade
+                .is_some_and(|u| u.eq_ignore_ascii_case(b"websocket"))
+    }
+
+    fn body(&mut self, chunk: &[u8]) {
+        let event = (BODY, PyBytes::new(self.py, chunk)).into_pyobject(self.py);
+        self.push(event);
+    }
+
+    fn complete(&mut self) {
+        let event = (COMPLETE,).into_pyobject(self.py);
+        self.push(event);
+    }
+
+    fn upgraded(&mut self, rest: &[u8]) {
+        let event = (UPGRADED, PyBytes::new(self.py, rest)).into_pyobject(self.py);
+        self.push(event);
+    }
+}
+
+/// The bytes of one `(name, value)` item of an ASGI header list: a pair of bytes-likes.
+fn header_pair(item: &Bound<'_, PyAny>) -> PyResult<(PyBackedBytes, PyBackedBytes)> {
+    if let Ok(t) = item.cast::<PyTuple>() {
+        if t.len() == 2 {
+            return Ok((t.get_item(0)?.extract()?, t.get_item(1)?.extract()?));
+        }
+    }
+    // Any other sequence of two (a list, as some applications build them).
+    let pair = || -> PyResult<_> {
+        if item.len()? != 2 {
+            return Err(PyTypeError::new_err("not a pair"));
+        }
+        Ok((item.get_item(0)?.extract()?, item.get_item(1)?.extract()?))
+    };
+    pair()
+        .map_err(|_| PyTypeError::new_err("each ASGI header must be a (name, value) pair of bytes"))
+}
+
+/// `response_head(status_line, default_headers, headers, is_head, status, keep_alive)`:
+/// the response head as bytes, and `(chunked, content_length, keep_alive)` for the body
+/// after it. Raises `RuntimeError` with uvicorn's message for a header name or value it
+/// refuses, `ValueError` for a content-length that is not a number.
+#[pyfunction]
+#[pyo3(signature = (status_line, default_headers, headers, is_head, status, keep_alive))]
+pub fn response_head<'py>(
+    py: Python<'py>,
+    status_line: &[u8],
+    default_headers: &Bound<'py, PyAny>,
+    headers: &Bound<'py, PyAny>,
+    is_head: bool,
+    status: u16,
+    keep_alive: bool,
+) -> PyResult<(Bound<'py, PyBytes>, bool, u64, bool)> {
+    let mut out = Vec::with_capacity(256);
+    let mut writer = HeadWriter::new(&mut out, status_line, keep_alive);
+    for list in [default_headers, headers] {
+        for item in list.try_iter()? {
+            let (name, value) = header_pair(&item?)?;
+            writer.header(&name, &value).map_err(|err| match err {
+                response::HeadError::Length => PyValueError::new_err(format!(
+                    "invalid literal for int() with base 10: {:?}",
+                    String::from_utf8_lossy(&value)
+                )),
+                other => pyo3::exceptions::PyRuntimeError::new_err(other.message()),
+            })?;
+        }
+    }
+    let framing = writer.finish(is_head, status);
+    Ok((
+        PyBytes::new(py, &out),
+        framing.chunked,
+        framing.content_length,
+        framing.keep_alive,
+    ))
+}
+
+/// `chunk(data, last)`: `data` as one chunk of a chunked body, and the last chunk after
+/// it when `last`.
+#[pyfunction]
+pub fn chunk<'py>(py: Python<'py>, data: &[u8], last: bool) -> Bound<'py, PyBytes> {
+    let mut out = Vec::with_capacity(data.len() + 24);
+    response::write_chunk(&mut out, data, last);
+    PyBytes::new(py, &out)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<HttpRequestParser>()?;
+    m.add_function(wrap_pyfunction!(response_head, m)?)?;
+    m.add_function(wrap_pyfunction!(chunk, m)?)?;
+    Ok(())
+}
