@@ -43,13 +43,21 @@ START, END = "<!-- upstream-table:start -->", "<!-- upstream-table:end -->"
 def unpack(work: Path, lib: str) -> Path:
     version = SUITES[lib]["version"]
     dest = work / "src" / f"{lib}-{version}"
-    if dest.exists():
-        return dest
-    (tarball,) = (work / "sdist").glob(f"{lib}-{version}.tar.gz")
-    with tarfile.open(tarball) as tf:
-        tf.extractall(work / "src", filter="data")
-    if not (dest / "tests").is_dir():
-        raise SystemExit(f"{tarball.name} has no tests/ directory")
+    if not dest.exists():
+        (tarball,) = (work / "sdist").glob(f"{lib}-{version}.tar.gz")
+        with tarfile.open(tarball) as tf:
+            tf.extractall(work / "src", filter="data")
+        if not (dest / "tests").is_dir():
+            raise SystemExit(f"{tarball.name} has no tests/ directory")
+    # The suite's ``patches`` (suites.py), once: a text to be replaced must be there.
+    for name, old, new in SUITES[lib].get("patches", []):
+        path = dest / name
+        text = path.read_text()
+        if new in text:
+            continue
+        if old not in text:
+            raise SystemExit(f"{lib} {version}: {name} no longer has the text patched: {old!r}")
+        path.write_text(text.replace(old, new, 1))
     return dest
 
 

@@ -7,7 +7,9 @@ groups), less coverage, linters and type checkers. ``subset`` is the ``--subset`
 the test files (or classes) that drive the loop hardest (connections, servers,
 websockets, streaming, timeouts), with ``subset_args`` added. ``args`` are pytest options
 the suite needs here (its own ``addopts`` run 8 xdist workers or select markers; the
-marker selections are the project's CI defaults).
+marker selections are the project's CI defaults). ``patches`` are ``(file, old, new)``
+replacements made in the unpacked tree (the run stops if ``old`` is not found): uvicorn's
+protocol tests get rsloop's HTTP protocol as one more parameter.
 
 websockets' sdists carry no loop tests (17.0 on prune ``tests/``; 16.0's keeps only
 seven sans-I/O files, without the ``tests/utils.py`` they import), so its suite comes from
@@ -98,8 +100,20 @@ SUITES: dict[str, dict] = {
             "tests/test_server.py",
             "tests/test_main.py",
         ],
-        # the protocol tests once (httptools) rather than once per HTTP parser
+        # the protocol tests once per fast protocol (httptools, rsloop's) rather than
+        # once per HTTP parser
         "subset_args": ["-k", "not h11"],
+        # uvicorn's protocol tests take the protocol class as a fixture parameter: rsloop's
+        # own HTTP protocol (rsloop.http) is added beside httptools' and h11's, so every
+        # test of tests/protocols/test_http.py runs on it too.
+        "patches": [
+            (
+                "tests/conftest.py",
+                '        pytest.param("uvicorn.protocols.http.h11_impl:H11Protocol", id="h11"),\n',
+                '        pytest.param("uvicorn.protocols.http.h11_impl:H11Protocol", id="h11"),\n'
+                '        pytest.param("rsloop.http:HttpProtocol", id="rsloop-http"),\n',
+            ),
+        ],
     },
     "httpx": {
         "version": "0.28.1",
