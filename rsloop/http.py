@@ -6,7 +6,7 @@ keys and events, the same answers (400 for a request it cannot read, 503 past
 handed to uvicorn's websocket protocol). What differs is where the work is done: each
 read goes through one call into rsloop's native parser (``httparse`` with strict framing:
 a request two readers could frame differently is refused), and each response head is
-built by one native call. The request head's size is bounded by uvicorn's
+built by one native call. An incomplete request head is bounded by uvicorn's
 ``h11_max_incomplete_event_size`` (16 KiB unless set), answered with 400 as uvicorn's
 h11 protocol answers it.
 
@@ -156,7 +156,7 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._cancel_keep_alive()
         parser = self.parser
-        if parser is None:
+        if parser is None or self.invalid_after_pipeline:
             return
         upgrade_head: dict[str, Any] | None = None
         rest = b""

@@ -302,17 +302,39 @@ def test_flow_control_both_ways(loop):
             )
         await send({"type": "http.response.body", "body": b""})
 
+    class Watched(HttpProtocol):
+        """Counts the pauses: its reading (the app reads slowly) and its writing (the
+        client reads late)."""
+
+        reads_paused = 0
+        writes_paused = 0
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            pause = self.flow.pause_reading
+
+            def counted():
+                Watched.reads_paused += 1
+                pause()
+
+            self.flow.pause_reading = counted  # type: ignore[method-assign]
+
+        def pause_writing(self):
+            Watched.writes_paused += 1
+            super().pause_writing()
+
     async def main():
-        async with Served(loop, slow_echo) as srv:
+        async with Served(loop, slow_echo, protocol=Watched) as srv:
             client = await srv.connect()
             body = payload(size, seed=3)
             await client.send(client.request("PUT", "/", body=body))
-            await asyncio.sleep(0.05)  # the server's write buffer fills; it must pause
+            await asyncio.sleep(0.2)  # the server's write buffer fills; it must pause
             _, got = await client.response()
             assert got == body
             client.close()
 
     run(loop, main(), timeout=60)
+    assert Watched.reads_paused > 0 and Watched.writes_paused > 0
 
 
 def test_the_app_sees_a_disconnect(loop):
@@ -342,10 +364,13 @@ def test_the_app_sees_a_disconnect(loop):
 
 def test_limit_concurrency_answers_503(loop):
     async def main():
-        async with Served(loop, hello, limit_concurrency=1) as srv:
+        async with Served(loop, hello, limit_concurrency=2) as srv:
             first = await srv.connect()
+            await first.send(first.request("GET", "/"))
+            head, _ = await first.response()
+            assert head.status_code == 200  # under the limit: served
             second = await srv.connect()
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # both connections made: at the limit
             await second.send(second.request("GET", "/"))
             head, body = await second.response()
             assert head.status_code == 503 and body == b"Service Unavailable"
@@ -477,6 +502,7 @@ SMUGGLING = {
     "http/2 line": b"GET / HTTP/2.0\r\nHost: t\r\n\r\n",
     "no host": b"GET / HTTP/1.1\r\nX: y\r\n\r\n",
     "two hosts": b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    "lowercase http version": b"GET / http/1.1\r\nHost: t\r\n\r\n",
     "garbage": b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03",
 }
 
@@ -524,7 +550,8 @@ def test_an_oversized_head_gets_400_as_uvicorn_answers_it(loop):
     async def main():
         async with Served(loop, hello, h11_max_incomplete_event_size=4096) as srv:
             reader, writer = await asyncio.open_connection(HOST, srv.port)
-            writer.write(b"GET / HTTP/1.1\r\nHost: t\r\n" + b"X-Big: " + b"a" * 5000 + b"\r\n\r\n")
+            # Not ended, and past the bound (as h11 bounds an incomplete head).
+            writer.write(b"GET / HTTP/1.1\r\nHost: t\r\n" + b"X-Big: " + b"a" * 5000)
             data = await reader.read()
             writer.close()
             # Just under the limit is served.
@@ -548,6 +575,9 @@ def test_a_slowloris_neither_blocks_others_nor_grows_past_the_limit(loop):
             for _ in range(50):  # a header byte at a time
                 writer.write(b"X")
                 await writer.drain()
+                await asyncio.sleep(0.001)
+                slow = [c for c in srv.state.connections if c.parser and c.parser.buffered]
+                assert all(c.parser.buffered <= 2048 for c in slow)
                 client = await srv.connect()
                 await client.send(client.request("GET", "/"))
                 head, _ = await client.response()
@@ -559,6 +589,57 @@ def test_a_slowloris_neither_blocks_others_nor_grows_past_the_limit(loop):
             return data
 
     assert run(loop, main(), timeout=60).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+def test_what_httptools_serves_and_a_strict_parser_might_not(loop):
+    """``OPTIONS *``, a second Expect field, a head over the bound that came whole: served
+    as uvicorn serves them."""
+    scopes = []
+
+    async def app(scope, receive, send):
+        scopes.append(scope)
+        await echo(scope, receive, send)
+
+    async def main():
+        async with Served(loop, app, h11_max_incomplete_event_size=1024) as srv:
+            reader, writer = await asyncio.open_connection(HOST, srv.port)
+            writer.write(b"OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 OK")
+            assert await reader.readuntil(b"0\r\n\r\n")
+            writer.write(
+                b"POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nExpect: x\r\n"
+                b"Content-Length: 1\r\n\r\n"
+            )
+            assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+            writer.write(b"a")
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 OK")
+            assert await reader.readuntil(b"0\r\n\r\n")
+            writer.write(b"GET /big HTTP/1.1\r\nHost: t\r\nCookie: " + b"c" * 3000 + b"\r\n\r\n")
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 OK")
+            writer.close()
+
+    run(loop, main())
+    assert scopes[0]["path"] == "*" and scopes[0]["raw_path"] == b"*"
+    assert scopes[2]["path"] == "/big"
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_bodies_may_be_any_bytes_like(loop, kind):
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for piece in (b"hello ", b"world"):
+            await send({"type": "http.response.body", "body": kind(piece), "more_body": True})
+        await send({"type": "http.response.body", "body": kind(b"")})
+
+    async def main():
+        async with Served(loop, app) as srv:
+            client = await srv.connect()
+            await client.send(client.request("GET", "/"))
+            head, body = await client.response()
+            client.close()
+            return head_value(head, b"transfer-encoding"), body
+
+    assert run(loop, main()) == (b"chunked", b"hello world")
 
 
 # -- websocket upgrade ------------------------------------------------------------------

@@ -4,7 +4,8 @@ Generated requests (methods, targets, header lists, bodies framed by length or c
 pipelined, cut at random points) must read the same through both. Generated requests
 with a byte changed must never be read by rsloop where h11 refuses them, nor read
 differently: rsloop may be stricter than h11 (it refuses a bare LF, an obs-fold and
-transfer codings other than chunked, which h11 takes), never looser.
+transfer codings other than chunked, control bytes in field values, targets that are not
+origin or absolute form, which h11 takes), never looser.
 """
 
 from __future__ import annotations
@@ -154,8 +155,6 @@ def test_a_changed_byte_is_never_read_more_loosely_than_h11_reads_it(req, data):
     assume(mutated != raw)
     got, error = ours(mutated, [])
     h11_read, h11_error = theirs(mutated)
-    # Every request rsloop reads, h11 reads the same; a request h11 refuses, rsloop never
-    # reads (it refuses it too, or earlier).
+    # Every request rsloop reads, h11 reads the same (so a request h11 refuses, rsloop
+    # never reads: it refuses it too, or earlier, or waits for more).
     assert got == h11_read[: len(got)], (mutated, error, h11_error)
-    if h11_error is not None:
-        assert len(got) <= len(h11_read), (mutated, h11_error)

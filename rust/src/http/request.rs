@@ -4,15 +4,18 @@
 //! Content-Lengths, a transfer coding other than a final `chunked`, a bare LF, an
 //! obs-fold, a malformed chunk size.
 //!
-//! The parser keeps only what it has not consumed; a head or chunk-size line split across
-//! reads is parsed again from its start once more bytes come (heads are small, and the
-//! common read holds whole requests).
+//! The parser keeps only what it has not consumed. A head split across reads is scanned
+//! once, byte by byte, for its end (and for bare line ends); `httparse` runs once the end
+//! has come. The head's size is bounded while it is incomplete, as h11 bounds it (uvicorn's
+//! `h11_max_incomplete_event_size`): a whole head in one read is not refused for its size.
 
 use std::fmt;
 
 /// How many header lines the first parse of a head makes room for; a head with more is
-/// parsed again with room for all the lines its size limit allows.
+/// parsed again with room for as many as it has lines.
 const HEADERS_FIRST_TRY: usize = 64;
+/// How many bytes of an incomplete request line are checked for a method.
+const METHOD_CHECKED: usize = 32;
 /// A chunk-size line (size and extensions) longer than this is refused.
 const MAX_CHUNK_LINE: usize = 4096;
 
@@ -95,6 +98,13 @@ pub struct RequestParser {
     max_head: usize,
     /// Trailer bytes read for the current request (bounded by `max_head`).
     trailer_bytes: usize,
+    /// Bytes of the head being read (from its start) already scanned without finding its
+    /// end.
+    scanned: usize,
+    /// Bytes of the head being read made of whole lines already found well formed (a head
+    /// that cannot become valid is refused before it ends: a TLS hello sent to a plain
+    /// port gets its 400 at once).
+    lines_checked: usize,
     /// Whether the request being read keeps the connection open after it.
     keep_alive: bool,
     error: Option<ParseError>,
@@ -108,6 +118,8 @@ impl RequestParser {
             buf: Vec::new(),
             max_head: max_head.max(1),
             trailer_bytes: 0,
+            scanned: 0,
+            lines_checked: 0,
             keep_alive: true,
             error: None,
         }
@@ -159,7 +171,13 @@ impl RequestParser {
             let rest = &input[pos..];
             match self.state {
                 State::Head => {
-                    if rest.is_empty() {
+                    // Empty lines before a request line are skipped (RFC 9112 2.2), as
+                    // they come: a flood of them costs no buffer.
+                    if self.scanned == 0 && rest.starts_with(b"\r\n") {
+                        pos += 2;
+                        continue;
+                    }
+                    if rest.is_empty() || rest == b"\r" {
                         return Ok(pos);
                     }
                     match self.head(rest, sink)? {
@@ -223,8 +241,11 @@ impl RequestParser {
                 }
                 State::Trailers => {
                     let room = self.max_head.saturating_sub(self.trailer_bytes);
-                    let Some(line) = line_at(rest, room).map_err(|_| ParseError::HeadTooLarge)?
-                    else {
+                    let line = line_at(rest, room).map_err(|err| match err {
+                        ParseError::Invalid(LINE_TOO_LONG) => ParseError::HeadTooLarge,
+                        other => other,
+                    })?;
+                    let Some(line) = line else {
                         return Ok(pos);
                     };
                     pos += line + 2;
@@ -257,38 +278,59 @@ impl RequestParser {
         };
     }
 
-    /// Parses one head at the start of `input`; `None` while it is not whole.
+    /// Parses one head at the start of `input` (which does not start with an empty line);
+    /// `None` while it is not whole.
     fn head<S: Sink>(&mut self, input: &[u8], sink: &mut S) -> Result<Option<usize>, ParseError> {
+        // Only the bytes not scanned yet: for a CR at the end of the last scan, its follower
+        // decides; the end, CRLF CRLF, may straddle the two.
+        let check_from = match self.scanned {
+            0 => 0,
+            n if input[n - 1] == b'\r' => n - 1,
+            n => n,
+        };
+        let search_from = self.scanned.saturating_sub(3);
+        let Some(end) = find(&input[search_from..], b"\r\n\r\n").map(|i| search_from + i + 4)
+        else {
+            // A bare LF is refused as soon as it is read, not when the head ends.
+            check_line_ends(&input[check_from..])?;
+            if input.len() > self.max_head {
+                return Err(ParseError::HeadTooLarge);
+            }
+            self.lines_checked = check_partial_head(input, self.lines_checked, self.scanned)?;
+            self.scanned = input.len();
+            return Ok(None);
+        };
+        check_line_ends(&input[check_from..end])?;
+        self.scanned = 0;
+        self.lines_checked = 0;
+        let input = &input[..end];
         let mut slots = [httparse::EMPTY_HEADER; HEADERS_FIRST_TRY];
         let mut more: Vec<httparse::Header<'_>>;
         let mut request = httparse::Request::new(&mut slots);
         let mut status = request.parse(input);
         if status == Err(httparse::Error::TooManyHeaders) {
-            // Each header line takes at least 3 bytes ("a:\n" would, were it allowed).
-            more = vec![httparse::EMPTY_HEADER; self.max_head / 3 + 1];
+            // No more header lines than lines.
+            more = vec![httparse::EMPTY_HEADER; input.iter().filter(|&&b| b == b'\n').count()];
             request = httparse::Request::new(&mut more);
             status = request.parse(input);
         }
         let used = match status {
             Ok(httparse::Status::Complete(used)) => used,
+            // The head ends at the first empty line (none precedes the request line).
             Ok(httparse::Status::Partial) => {
-                if input.len() > self.max_head {
-                    return Err(ParseError::HeadTooLarge);
-                }
-                // A bare LF is refused as soon as it is read, not when the head ends.
-                check_line_ends(input)?;
-                return Ok(None);
+                return Err(ParseError::Invalid("invalid request head"))
             }
             Err(err) => return Err(ParseError::Invalid(head_error(err))),
         };
-        if used > self.max_head {
-            return Err(ParseError::HeadTooLarge);
-        }
-        check_line_ends(&input[..used])?;
         let method = request.method.unwrap_or("");
         let target = request.path.unwrap_or("").as_bytes();
         let minor_version = request.version.unwrap_or(1);
-        let (path, query) = split_target(target)?;
+        let (path, query) = if method == "OPTIONS" && target == b"*" {
+            // asterisk-form (RFC 9112 3.2.4): the path is "*", as httptools reads it.
+            (target, &b""[..])
+        } else {
+            split_target(target)?
+        };
         let fields = Fields::read(request.headers)?;
         let framing = fields.framing(minor_version)?;
         self.keep_alive = minor_version == 1 && !fields.close;
@@ -357,8 +399,10 @@ impl<'a> Fields<'a> {
             } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
                 fields.transfer_encoding = true;
                 for coding in tokens(value) {
+                    // An empty item could be ignored (RFC 9110 5.6.1); h11 refuses it,
+                    // and so does this parser: in framing, strict.
                     if coding.is_empty() {
-                        continue;
+                        return Err(ParseError::Invalid("unsupported Transfer-Encoding"));
                     }
                     if coding.eq_ignore_ascii_case(b"chunked") {
                         if chunked_at.is_some() {
@@ -381,7 +425,7 @@ impl<'a> Fields<'a> {
             } else if name.eq_ignore_ascii_case(b"host") {
                 fields.hosts += 1;
             } else if name.eq_ignore_ascii_case(b"expect") {
-                fields.expect_continue = value.eq_ignore_ascii_case(b"100-continue");
+                fields.expect_continue |= value.eq_ignore_ascii_case(b"100-continue");
             }
         }
         if fields.transfer_encoding {
@@ -447,6 +491,8 @@ fn content_length(value: &[u8]) -> Result<u64, ParseError> {
     })
 }
 
+const LINE_TOO_LONG: &str = "line too long";
+
 /// The length of the line at the start of `input` (without its CRLF), `None` while no
 /// line end has come. A bare LF is refused; so is a line longer than `limit`.
 fn line_at(input: &[u8], limit: usize) -> Result<Option<usize>, ParseError> {
@@ -461,7 +507,7 @@ fn line_at(input: &[u8], limit: usize) -> Result<Option<usize>, ParseError> {
             }
             Ok(Some(line))
         }
-        None if input.len() > limit.saturating_add(1) => Err(ParseError::Invalid("line too long")),
+        None if input.len() > limit.saturating_add(1) => Err(ParseError::Invalid(LINE_TOO_LONG)),
         None => Ok(None),
     }
 }
@@ -480,15 +526,13 @@ fn chunk_size(line: &[u8]) -> Result<u64, ParseError> {
             .ok_or(BAD)
     })?;
     let ext = &line[digits..];
-    if !ext.is_empty() {
-        // chunk-ext = *( BWS ";" BWS ext-name [ BWS "=" BWS ext-val ] ): whatever it
-        // says, after optional blanks it starts with `;` and holds no control byte.
-        let after_blanks = trim(ext);
-        if after_blanks.first() != Some(&b';')
-            || ext.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
-        {
-            return Err(BAD);
-        }
+    // chunk-ext = *( BWS ";" BWS ext-name [ BWS "=" BWS ext-val ] ): whatever it says, it
+    // starts right after the size with `;` (no blank before it, as h11 asks) and holds no
+    // control byte.
+    if !ext.is_empty()
+        && (ext[0] != b';' || ext.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f))
+    {
+        return Err(BAD);
     }
     Ok(size)
 }
@@ -511,6 +555,69 @@ fn trailer_line(line: &[u8]) -> Result<(), ParseError> {
 /// RFC 9110 `tchar`.
 pub fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The whole lines of an incomplete head from `from` on (the first one is the request
+/// line), and the start of the request line while it is not whole: what `httparse` will
+/// refuse once the head ends, refused now. Returns where the whole lines end. Bytes
+/// before `scanned` were looked at by an earlier call: only the new ones are searched, so a
+/// head fed a byte at a time costs linear time. (Line ends were checked already;
+/// `httparse` checks everything again when the head is whole.)
+fn check_partial_head(head: &[u8], mut from: usize, scanned: usize) -> Result<usize, ParseError> {
+    let mut search = from.max(scanned.saturating_sub(1));
+    while let Some(i) = find(&head[search..], b"\r\n") {
+        let end = search + i;
+        let line = &head[from..end];
+        let ok = if from == 0 {
+            request_line_ok(line)
+        } else {
+            match line.iter().position(|&b| b == b':') {
+                Some(colon) => {
+                    colon > 0
+                        && line[..colon].iter().all(|&b| is_token(b))
+                        && line[colon + 1..]
+                            .iter()
+                            .all(|&b| b == b'\t' || b >= b' ' && b != 0x7f)
+                }
+                None => false,
+            }
+        };
+        if !ok {
+            return Err(ParseError::Invalid(if from == 0 {
+                "invalid request line"
+            } else {
+                "invalid header line"
+            }));
+        }
+        from = end + 2;
+        search = from;
+    }
+    if from == 0 && scanned < METHOD_CHECKED {
+        // The request line so far: a method of token bytes, up to a space (looked at in
+        // its first bytes only: any method is short; a long one is httparse's to judge).
+        let start = &head[..head.len().min(METHOD_CHECKED)];
+        let method_end = start.iter().position(|&b| b == b' ').unwrap_or(start.len());
+        if !start[..method_end].iter().all(|&b| is_token(b)) {
+            return Err(ParseError::Invalid("invalid method"));
+        }
+    }
+    Ok(from)
+}
+
+/// `method SP target SP HTTP/1.x`, loosely: what no valid request line differs from.
+fn request_line_ok(line: &[u8]) -> bool {
+    let mut parts = line.split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !method.is_empty()
+        && method.iter().all(|&b| is_token(b))
+        && !target.is_empty()
+        && target.iter().all(|&b| b > b' ' && b != 0x7f)
+        && version.len() == 8
+        && version.starts_with(b"HTTP/1.")
 }
 
 /// Every LF ends a CRLF; no CR stands alone (httparse accepts a bare LF as a line end).
@@ -627,7 +734,8 @@ mod tests {
         }
     }
 
-    /// Feeds `input` whole, then byte by byte: both must give the same events.
+    /// Feeds `input` whole, then byte by byte: both must give the same events, and fail
+    /// or not alike.
     fn parse(input: &[u8]) -> Result<Vec<Ev>, ParseError> {
         let mut whole = Collect::default();
         let r1 = RequestParser::new(8192).feed(input, &mut whole);
@@ -640,7 +748,12 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(r1, r2, "whole and byte-by-byte disagree on {input:?}");
+        // Which fault of a bad head is named may depend on how much of it had come.
+        assert_eq!(
+            r1.is_ok(),
+            r2.is_ok(),
+            "whole and byte-by-byte disagree on {input:?}"
+        );
         assert_eq!(whole.events, bytewise.events);
         r1.map(|()| whole.events)
     }
@@ -766,9 +879,55 @@ mod tests {
         invalid(b"GET / HTTP/1.1\r\nHost: h\r\nA: b\x00c\r\n\r\n");
         invalid(b"GET / HTTP/1.1\r\nHost: h\r\nA b: c\r\n\r\n");
         invalid(b"GET / HTTP/2.0\r\n\r\n");
-        invalid(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n");
+        let ev = parse(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n").unwrap();
+        assert!(matches!(&ev[0], Ev::Head(_, p, ..) if p == b"*"));
+        invalid(b"GET * HTTP/1.1\r\nHost: h\r\n\r\n");
+        invalid(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: ,chunked\r\n\r\n");
+        invalid(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1 ;a\r\nx\r\n");
         invalid(b"CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n");
         invalid(b"GET /\xc3\xa9 HTTP/1.1\r\nHost: h\r\n\r\n");
+    }
+
+    #[test]
+    fn a_whole_head_past_the_limit_in_one_read_is_read_as_h11_reads_it() {
+        let mut req = b"GET / HTTP/1.1\r\nHost: h\r\nCookie: ".to_vec();
+        req.extend(std::iter::repeat_n(b'c', 200));
+        req.extend_from_slice(b"\r\n\r\n");
+        let mut sink = Collect::default();
+        RequestParser::new(64).feed(&req, &mut sink).unwrap();
+        assert_eq!(sink.events.len(), 2);
+        // Incomplete and past it: refused.
+        let mut parser = RequestParser::new(64);
+        assert_eq!(
+            parser.feed(&req[..100], &mut sink),
+            Err(ParseError::HeadTooLarge)
+        );
+    }
+
+    #[test]
+    fn empty_lines_before_a_request_and_expect() {
+        let ev = parse(
+            b"\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nExpect: x\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(ev.len(), 2);
+        let mut parser = RequestParser::new(64);
+        let mut sink = Collect::default();
+        for _ in 0..1000 {
+            parser.feed(b"\r\n", &mut sink).unwrap();
+        }
+        assert_eq!(parser.buffered(), 0);
+        invalid(b"\nGET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    }
+
+    #[test]
+    fn a_bad_trailer_is_named() {
+        assert_eq!(
+            invalid(
+                b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nT: v\n\r\n"
+            ),
+            "bare LF"
+        );
     }
 
     #[test]

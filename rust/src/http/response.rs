@@ -52,8 +52,20 @@ impl<'a> HeadWriter<'a> {
         }
     }
 
-    /// One header line, name lowercased; what it says about framing is noted.
+    /// One header line, name lowercased; what it says about framing is noted. A
+    /// `content-length` must be plain digits (see [`HeadWriter::header_with_length`]).
     pub fn header(&mut self, name: &[u8], value: &[u8]) -> Result<(), HeadError> {
+        self.header_with_length(name, value, None)
+    }
+
+    /// [`HeadWriter::header`], with the number a `content-length` value stands for when
+    /// the caller read it (as Python's `int()` reads it, for one).
+    pub fn header_with_length(
+        &mut self,
+        name: &[u8],
+        value: &[u8],
+        length: Option<u64>,
+    ) -> Result<(), HeadError> {
         if name.iter().any(|&b| bad_name_byte(b)) {
             return Err(HeadError::Name);
         }
@@ -65,7 +77,7 @@ impl<'a> HeadWriter<'a> {
         let lower = &self.out[start..];
         if lower == b"content-length" {
             if self.chunked.is_none() {
-                self.content_length = decimal(value).ok_or(HeadError::Length)?;
+                self.content_length = length.or_else(|| decimal(value)).ok_or(HeadError::Length)?;
                 self.chunked = Some(false);
             }
         } else if lower == b"transfer-encoding" {
@@ -131,16 +143,14 @@ fn trim(mut s: &[u8]) -> &[u8] {
     s
 }
 
-/// A decimal length as Python's `int()` reads one from ASCII: blanks around, digits
-/// (single underscores between them allowed), an optional `+`.
-fn decimal(value: &[u8]) -> Option<u64> {
+/// Plain ASCII digits, blanks around allowed: what every `content-length` an application
+/// sends looks like (anything else is for the caller to read).
+pub fn decimal(value: &[u8]) -> Option<u64> {
     let s = value.trim_ascii();
-    let s = s.strip_prefix(b"+").unwrap_or(s);
-    if s.is_empty() || s.starts_with(b"_") || s.ends_with(b"_") || s.windows(2).any(|w| w == b"__")
-    {
+    if s.is_empty() {
         return None;
     }
-    s.iter().filter(|&&b| b != b'_').try_fold(0u64, |n, &b| {
+    s.iter().try_fold(0u64, |n, &b| {
         if !b.is_ascii_digit() {
             return None;
         }
@@ -248,10 +258,9 @@ mod tests {
     }
 
     #[test]
-    fn decimal_as_python_int() {
+    fn decimal_digits_only() {
         assert_eq!(decimal(b" 12 "), Some(12));
-        assert_eq!(decimal(b"+1_000"), Some(1000));
-        assert_eq!(decimal(b"1__0"), None);
+        assert_eq!(decimal(b"+1_000"), None);
         assert_eq!(decimal(b"-1"), None);
         assert_eq!(decimal(b""), None);
     }

@@ -148,22 +148,45 @@ impl Sink for PySink<'_> {
     }
 }
 
-/// The bytes of one `(name, value)` item of an ASGI header list: a pair of bytes-likes.
+/// The bytes of one `(name, value)` item of an ASGI header list: a pair (a tuple, or
+/// any sequence of two, as some applications build lists) of bytes-likes. Not a pair:
+/// `ValueError`, as uvicorn's unpacking raises; not bytes: `TypeError`.
 fn header_pair(item: &Bound<'_, PyAny>) -> PyResult<(PyBackedBytes, PyBackedBytes)> {
-    if let Ok(t) = item.cast::<PyTuple>() {
-        if t.len() == 2 {
-            return Ok((t.get_item(0)?.extract()?, t.get_item(1)?.extract()?));
+    let (name, value) = match item.cast::<PyTuple>() {
+        Ok(t) if t.len() == 2 => (t.get_item(0)?, t.get_item(1)?),
+        _ => {
+            if item.len()? != 2 {
+                return Err(PyValueError::new_err(
+                    "each ASGI header must be a (name, value) pair",
+                ));
+            }
+            (item.get_item(0)?, item.get_item(1)?)
         }
-    }
-    // Any other sequence of two (a list, as some applications build them).
-    let pair = || -> PyResult<_> {
-        if item.len()? != 2 {
-            return Err(PyTypeError::new_err("not a pair"));
-        }
-        Ok((item.get_item(0)?.extract()?, item.get_item(1)?.extract()?))
     };
-    pair()
-        .map_err(|_| PyTypeError::new_err("each ASGI header must be a (name, value) pair of bytes"))
+    let bytes = |x: Bound<'_, PyAny>| {
+        x.extract::<PyBackedBytes>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "ASGI header names and values must be bytes, not {}",
+                x.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })
+    };
+    Ok((bytes(name)?, bytes(value)?))
+}
+
+/// A `content-length` value that is not plain digits, read as uvicorn reads it:
+/// `int(value.decode())` (its `ValueError` as it is). A negative number is refused too.
+fn python_length(py: Python<'_>, value: &[u8]) -> PyResult<u64> {
+    let text = PyBytes::new(py, value).call_method0(pyo3::intern!(py, "decode"))?;
+    let number = py.get_type::<pyo3::types::PyInt>().call1((text,))?;
+    number.extract::<u64>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "content-length must be a number of bytes, not {number}"
+        ))
+    })
 }
 
 /// `response_head(status_line, default_headers, headers, is_head, status, keep_alive)`:
@@ -186,13 +209,16 @@ pub fn response_head<'py>(
     for list in [default_headers, headers] {
         for item in list.try_iter()? {
             let (name, value) = header_pair(&item?)?;
-            writer.header(&name, &value).map_err(|err| match err {
-                response::HeadError::Length => PyValueError::new_err(format!(
-                    "invalid literal for int() with base 10: {:?}",
-                    String::from_utf8_lossy(&value)
-                )),
-                other => pyo3::exceptions::PyRuntimeError::new_err(other.message()),
-            })?;
+            let length = if name.eq_ignore_ascii_case(b"content-length")
+                && response::decimal(&value).is_none()
+            {
+                Some(python_length(py, &value)?)
+            } else {
+                None
+            };
+            writer
+                .header_with_length(&name, &value, length)
+                .map_err(|err| pyo3::exceptions::PyRuntimeError::new_err(err.message()))?;
         }
     }
     let framing = writer.finish(is_head, status);
@@ -204,13 +230,24 @@ pub fn response_head<'py>(
     ))
 }
 
-/// `chunk(data, last)`: `data` as one chunk of a chunked body, and the last chunk after
-/// it when `last`.
+/// `chunk(data, last)`: `data` (bytes, or any bytes-like: Starlette streams memoryviews)
+/// as one chunk of a chunked body, and the last chunk after it when `last`.
 #[pyfunction]
-pub fn chunk<'py>(py: Python<'py>, data: &[u8], last: bool) -> Bound<'py, PyBytes> {
-    let mut out = Vec::with_capacity(data.len() + 24);
-    response::write_chunk(&mut out, data, last);
-    PyBytes::new(py, &out)
+pub fn chunk<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    last: bool,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let write = |bytes: &[u8]| {
+        let mut out = Vec::with_capacity(bytes.len() + 24);
+        response::write_chunk(&mut out, bytes, last);
+        PyBytes::new(py, &out)
+    };
+    if let Ok(b) = data.cast::<PyBytes>() {
+        return Ok(write(b.as_bytes()));
+    }
+    let buffer = pyo3::buffer::PyBuffer::<u8>::get(data)?;
+    Ok(write(&buffer.to_vec(py)?))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
