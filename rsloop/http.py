@@ -117,6 +117,15 @@ class HttpProtocol(asyncio.Protocol):
         self.pipeline: deque[tuple[_Cycle, ASGI3Application]] = deque()
         # An unreadable request came behind requests still being answered.
         self.invalid_after_pipeline = False
+        # On a real loop (not the mock ones of uvicorn's tests): each app starts eagerly
+        # (3.12+, no task factory of the user's), and the keep-alive timer is armed once
+        # and moved on when it fires instead of cancelled and made again per request.
+        real_loop = isinstance(self.loop, asyncio.AbstractEventLoop)
+        self.eager = (
+            real_loop and sys.version_info >= (3, 12) and self.loop.get_task_factory() is None
+        )
+        self.lazy_timer = real_loop
+        self.idle_since = self.last_read = 0.0
 
         # Per request.
         self.scope: dict[str, Any] = None  # type: ignore[assignment]
@@ -142,19 +151,23 @@ class HttpProtocol(asyncio.Protocol):
         if cycle is not None:
             if not cycle.response_complete:
                 cycle.disconnected = True
-            cycle.message_event.set()
+            cycle.wake()
         if self.flow is not None:
             self.flow.resume_writing()
+        self._cancel_keep_alive()
         if exc is None:
             self.transport.close()
-            self._cancel_keep_alive()
         self.parser = None
 
     def eof_received(self) -> None:
         pass
 
     def data_received(self, data: bytes) -> None:
-        self._cancel_keep_alive()
+        if self.timeout_keep_alive_task is not None:
+            if self.lazy_timer:
+                self.last_read = self.loop.time()
+            else:
+                self._cancel_keep_alive()
         parser = self.parser
         if parser is None or self.invalid_after_pipeline:
             return
@@ -192,6 +205,19 @@ class HttpProtocol(asyncio.Protocol):
             self.cycle.keep_alive = False
 
     def timeout_keep_alive_handler(self) -> None:
+        if self.lazy_timer:
+            # Armed when the connection last went idle; since then it may have read, or
+            # be answering a request (whose end arms it again).
+            self.timeout_keep_alive_task = None
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete:
+                return
+            due = max(self.idle_since, self.last_read) + self.timeout_keep_alive
+            if due > self.loop.time():
+                self.timeout_keep_alive_task = self.loop.call_at(
+                    due, self.timeout_keep_alive_handler
+                )
+                return
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -277,26 +303,30 @@ class HttpProtocol(asyncio.Protocol):
         cycle.body += body
         if len(cycle.body) > HIGH_WATER_LIMIT:
             self.flow.pause_reading()
-        cycle.message_event.set()
+        cycle.wake()
 
     def _on_complete(self) -> None:
         cycle = self.cycle
-        if cycle.response_complete:
-            return
-        cycle.more_body = False
-        cycle.message_event.set()
+        cycle.more_body = False  # (also when answered already: the request was whole)
+        if not cycle.response_complete:
+            cycle.wake()
 
     def _on_invalid(self) -> None:
         """A request that cannot be read: 400, and the connection ends. When it came
         after requests still being answered (pipelined), they are answered first."""
         self.logger.warning("Invalid HTTP request received.")
         cycle = self.cycle
+        if cycle is not None and cycle.response_complete and cycle.more_body:
+            # The body of a request already answered (its app did not read it): a 400
+            # now would answer nothing the client asked; the connection just ends.
+            self.transport.close()
+            return
         if cycle is not None and not cycle.response_complete:
             if cycle.more_body:
                 # The request being answered is the broken one: its app sees the
                 # client gone, and nothing it sends goes out after the 400.
                 cycle.disconnected = True
-                cycle.message_event.set()
+                cycle.wake()
             else:
                 self.flow.pause_reading()
                 self.invalid_after_pipeline = True
@@ -310,6 +340,11 @@ class HttpProtocol(asyncio.Protocol):
                 task = self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())
             else:  # pragma: no cover - 3.10
                 task = contextvars.Context().run(self.loop.create_task, cycle.run_asgi(app))
+        elif self.eager:
+            # The app runs at once, up to its first wait: a response that needs no
+            # waiting is written before data_received returns, without a trip through
+            # the ready queue.
+            task = asyncio.Task(cycle.run_asgi(app), loop=self.loop, eager_start=True)  # type: ignore[call-arg]
         else:
             task = self.loop.create_task(cycle.run_asgi(app))
         task.add_done_callback(self.tasks.discard)
@@ -319,13 +354,20 @@ class HttpProtocol(asyncio.Protocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self._cancel_keep_alive()
+        if not self.lazy_timer:
+            self._cancel_keep_alive()
         self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start(cycle, app)
         elif self.invalid_after_pipeline:
             self.send_400_response("Invalid HTTP request received.")
+        elif self.lazy_timer:
+            self.idle_since = self.loop.time()
+            if self.timeout_keep_alive_task is None:
+                self.timeout_keep_alive_task = self.loop.call_later(
+                    self.timeout_keep_alive, self.timeout_keep_alive_handler
+                )
         else:
             self.timeout_keep_alive_task = self.loop.call_later(
                 self.timeout_keep_alive, self.timeout_keep_alive_handler
@@ -384,7 +426,8 @@ class _Cycle:
         "flow",
         "keep_alive",
         "logger",
-        "message_event",
+        "woken",
+        "waiter",
         "more_body",
         "on_response",
         "response_complete",
@@ -414,7 +457,8 @@ class _Cycle:
         self.access_logger = access_logger
         self.access_log = access_log
         self.default_headers = default_headers
-        self.message_event = asyncio.Event()
+        self.woken = False
+        self.waiter: asyncio.Future[None] | None = None
         self.on_response = on_response
         self.disconnected = False
         self.keep_alive = keep_alive
@@ -425,6 +469,14 @@ class _Cycle:
         self.response_complete = False
         self.chunked = False
         self.expected_length = 0
+
+    def wake(self) -> None:
+        """What asyncio.Event.set() did: the next receive() returns without waiting, a
+        receive() waiting now returns."""
+        self.woken = True
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def run_asgi(self, app: ASGI3Application) -> None:
         try:
@@ -516,7 +568,7 @@ class _Cycle:
                 if self.expected_length != 0:
                     raise RuntimeError("Response content shorter than Content-Length")
                 self.response_complete = True
-                self.message_event.set()
+                self.wake()
                 if not self.keep_alive:
                     self.transport.close()
                 self.on_response()
@@ -531,8 +583,13 @@ class _Cycle:
             self.waiting_for_100_continue = False
         if not self.disconnected and not self.response_complete:
             self.flow.resume_reading()
-            await self.message_event.wait()
-            self.message_event.clear()
+            if not self.woken:
+                waiter = self.waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await waiter
+                finally:
+                    self.waiter = None
+            self.woken = False
         if self.disconnected or self.response_complete:
             return {"type": "http.disconnect"}
         message: ASGIReceiveEvent = {

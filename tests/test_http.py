@@ -513,7 +513,7 @@ def test_hostile_requests_get_400_and_a_closed_connection(loop, case):
 
     async def app(scope, receive, send):
         called.append(scope)
-        await hello(scope, receive, send)
+        await echo(scope, receive, send)  # reads the body first
 
     async def main():
         async with Served(loop, app) as srv:
@@ -529,6 +529,22 @@ def test_hostile_requests_get_400_and_a_closed_connection(loop, case):
     # A broken head never reaches the app; a broken body comes after its head did, and
     # then nothing the app sends follows the 400.
     assert called == [] or b"chunk" in case.encode()
+
+
+def test_a_broken_body_after_its_response_ends_the_connection_without_a_400(loop):
+    async def main():
+        async with Served(loop, hello) as srv:  # answers without reading the body
+            reader, writer = await asyncio.open_connection(HOST, srv.port)
+            writer.write(CHUNKED)
+            head = await reader.readuntil(b"hello")
+            writer.write(b"zz\r\n")
+            rest = await reader.read()
+            writer.close()
+            return head, rest
+
+    head, rest = run(loop, main())
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert rest == b""
 
 
 def test_a_good_request_ahead_of_a_bad_one_is_served(loop):
