@@ -48,9 +48,15 @@ SERVERS = {
     "uvicorn-uvloop": ("uvicorn", "uvloop"),
     "uvicorn-pypi-rsloop": ("uvicorn", "rsloop:new_event_loop"),
     "uvicorn-rsloop": ("uvicorn", "rsloop:new_event_loop"),
+    # uvicorn on rsloop with httptools' protocol named (as "auto" picks it when installed)
+    # and with rsloop's own (rsloop.http: parsing and response heads in Rust).
+    "uvicorn-rsloop-httptools": ("uvicorn", "rsloop:new_event_loop"),
+    "uvicorn-rsloop-http": ("uvicorn", "rsloop:new_event_loop"),
     "granian-uvloop": ("granian", "uvloop"),
     "granian-rloop": ("granian", "rloop"),
 }
+# uvicorn's --http per server (default: uvicorn's "auto").
+HTTP = {"uvicorn-rsloop-httptools": "httptools", "uvicorn-rsloop-http": "rsloop.http:HttpProtocol"}
 APPS = {"fastapi": ("app:app", "/text"), "raw": ("raw_asgi:app", "/")}
 DEFAULT_CONNECTIONS = [16, 64, 256, 1024]
 PEERS = ("uvicorn-uvloop", "uvicorn-pypi-rsloop", "granian-uvloop", "granian-rloop")
@@ -119,6 +125,7 @@ def command(a, server: str, app: str, port: int) -> list:
         return [
             py, "-m", "uvicorn", target, "--app-dir", str(HERE), "--host", "127.0.0.1",
             "--port", str(port), "--loop", loop, "--log-level", "warning", "--no-access-log",
+            *(["--http", HTTP[server]] if server in HTTP else []),
         ]  # fmt: skip
     return [
         py, "-m", "granian", "--interface", "asgi", "--loop", loop, "--workers", "1",
@@ -155,7 +162,7 @@ def available(a, server: str) -> str | None:
             timeout=60,
         )
         ours = probe2.stdout.strip() == "True"
-        if ours != (server == "uvicorn-rsloop"):
+        if ours != server.startswith("uvicorn-rsloop"):
             return f"{py} holds the {'wrong' if ours else 'older PyPI'} rsloop"
     return None
 
