@@ -420,25 +420,24 @@ class Loop(SockMixin, NetMixin, UnixMixin, _NativeLoop, asyncio.AbstractEventLoo
 
     # create_future, create_task, set_task_factory and get_task_factory are native; this
     # is create_task's path for a task factory, debug mode and 3.13's extra keywords.
-    def _create_task_slow(self, coro, name, context, kwargs):
-        if context is not None and not _compat.PY311:
+    def _create_task_slow(self, coro, kwargs):
+        # `kwargs`: every keyword create_task() was given, as given (name=None included).
+        if "context" in kwargs and not _compat.PY311:
             raise TypeError("create_task() got an unexpected keyword argument 'context'")
-        if kwargs and not _CREATE_TASK_TAKES_KWARGS:
-            raise TypeError(
-                f"create_task() got an unexpected keyword argument {next(iter(kwargs))!r}"
-            )
-        if context is not None:
-            kwargs["context"] = context
+        extra = [k for k in kwargs if k not in ("name", "context")]
+        if extra and not _CREATE_TASK_TAKES_KWARGS:
+            raise TypeError(f"create_task() got an unexpected keyword argument {extra[0]!r}")
         factory = self.get_task_factory()
+        if factory is not None and _FACTORY_TAKES_NAME:
+            # 3.14+: the factory is handed every keyword, exactly as given.
+            return factory(self, coro, **kwargs)
+        name = kwargs.pop("name", None)
+        if "context" in kwargs and kwargs["context"] is None:
+            del kwargs["context"]
         if factory is None:
             task = tasks.Task(coro, loop=self, name=name, **kwargs)
             if task._source_traceback:
                 del task._source_traceback[-1]
-        elif _FACTORY_TAKES_NAME:
-            # 3.14+: every keyword, the name included, goes to the factory.
-            if name is not None:
-                kwargs["name"] = name
-            task = factory(self, coro, **kwargs)
         else:
             task = factory(self, coro, **kwargs)
             if name is not None:

@@ -85,13 +85,23 @@ def _factory_keywords(loop, **kwargs):
             loop.set_task_factory(None)
         await task
         # (An unnamed task's name counts tasks made so far: not compared.)
-        return (task.get_name() if "name" in kwargs else None), seen
+        return (task.get_name() if kwargs.get("name") is not None else None), seen
 
     return loop.run_until_complete(main())
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"name": "n"}, {"name": "n", "eager_start": True}], ids=["none", "name", "both"]
+    "kwargs",
+    [
+        {},
+        {"name": "n"},
+        {"name": "n", "eager_start": True},
+        # Given as None: a 3.14+ factory still sees the keys (3.10 refuses `context`).
+        {"name": None},
+        {"context": None},
+        {"name": None, "context": None, "eager_start": False},
+    ],
+    ids=["none", "name", "both", "name-none", "context-none", "all-none"],
 )
 def test_task_factory_gets_the_keywords_asyncio_hands_it(loop, kwargs):
     reference = make_loop("asyncio")

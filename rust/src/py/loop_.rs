@@ -462,21 +462,26 @@ impl Loop {
         let py = slf.py();
         let this = slf.get();
         this.core.check_closed()?;
-        let name = name.filter(|n| !n.is_none());
-        let context = context.filter(|c| !c.is_none());
         let has_kwargs = kwargs.is_some_and(|k| !k.is_empty());
         let has_factory = this.task_factory.with(py, |f| f.is_some());
         let context_unsupported = context.is_some() && !cfg!(Py_3_11);
         if has_kwargs || has_factory || this.core.debug() || context_unsupported {
-            let kwargs = match kwargs {
-                Some(k) => k.clone(),
-                None => PyDict::new(py),
-            };
-            return slf.call_method1(
-                intern!(py, "_create_task_slow"),
-                (coro, name, context, kwargs),
-            );
+            // Every keyword as the caller gave it, `name=None` included: a 3.14+ task
+            // factory is handed exactly those.
+            let all = PyDict::new(py);
+            if let Some(n) = name {
+                all.set_item(intern!(py, "name"), n)?;
+            }
+            if let Some(c) = context {
+                all.set_item(intern!(py, "context"), c)?;
+            }
+            if let Some(k) = kwargs {
+                all.update(k.as_mapping())?;
+            }
+            return slf.call_method1(intern!(py, "_create_task_slow"), (coro, all));
         }
+        let name = name.filter(|n| !n.is_none());
+        let context = context.filter(|c| !c.is_none());
         let t = asyncio_types(py)?;
         let task = t.task.bind(py);
         let me = slf.as_any();
