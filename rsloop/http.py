@@ -125,6 +125,7 @@ class HttpProtocol(asyncio.Protocol):
             real_loop and sys.version_info >= (3, 12) and self.loop.get_task_factory() is None
         )
         self.lazy_timer = real_loop
+        self.reset_contextvars = getattr(config, "reset_contextvars", False)
         self.idle_since = self.last_read = 0.0
 
         # Per request.
@@ -334,7 +335,7 @@ class HttpProtocol(asyncio.Protocol):
         self.send_400_response("Invalid HTTP request received.")
 
     def _start(self, cycle: _Cycle, app: ASGI3Application) -> None:
-        if getattr(self.config, "reset_contextvars", False):
+        if self.reset_contextvars:
             # uvicorn's opt-in: the app does not see context set outside the request.
             if sys.version_info >= (3, 11):
                 task = self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())
@@ -343,8 +344,11 @@ class HttpProtocol(asyncio.Protocol):
         elif self.eager:
             # The app runs at once, up to its first wait: a response that needs no
             # waiting is written before data_received returns, without a trip through
-            # the ready queue.
+            # the ready queue. A task already done needs no tracking (its done callback
+            # would be one more handle through the ready queue, to remove it again).
             task = asyncio.Task(cycle.run_asgi(app), loop=self.loop, eager_start=True)  # type: ignore[call-arg]
+            if task.done():
+                return
         else:
             task = self.loop.create_task(cycle.run_asgi(app))
         task.add_done_callback(self.tasks.discard)
