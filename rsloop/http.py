@@ -24,7 +24,6 @@ import sys
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import unquote
 
 try:
     from uvicorn.config import Config
@@ -141,6 +140,19 @@ class HttpProtocol(asyncio.Protocol):
         self.server = get_local_addr(transport)  # type: ignore[arg-type]
         self.client = get_remote_addr(transport)  # type: ignore[arg-type]
         self.scheme = "https" if is_ssl(transport) else "http"  # type: ignore[arg-type]
+        if self.parser is not None:
+            # Each head comes as its ASGI scope: this part, and the request's keys.
+            self.parser.set_scope(
+                {
+                    "type": "http",
+                    "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+                    "server": self.server,
+                    "client": self.client,
+                    "scheme": self.scheme,
+                    "root_path": self.root_path,
+                    "state": self.app_state,
+                }
+            )
         if self.logger.level <= TRACE_LOG_LEVEL:
             self.logger.log(TRACE_LOG_LEVEL, "%sHTTP connection made", self._prefix())
 
@@ -235,24 +247,12 @@ class HttpProtocol(asyncio.Protocol):
     def _on_head(self, event: tuple[Any, ...]) -> dict[str, Any] | None:
         """A request head: its scope, then its cycle (started, or queued behind the one
         in progress). Returns the scope when the connection becomes a websocket."""
-        _, method, raw_path, query, version, headers, keep_alive, expect_continue, upgrade = event
-        scope: dict[str, Any] = {
-            "type": "http",
-            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
-            "http_version": version,
-            "server": self.server,
-            "client": self.client,
-            "scheme": self.scheme,
-            "root_path": self.root_path,
-            "headers": headers,
-            "state": self.app_state.copy(),
-            "method": method,
-        }
+        _, scope, keep_alive, expect_continue, upgrade = event
         self.scope = scope
         if upgrade is not None:
             if upgrade.lower() == b"websocket" and self.ws_protocol_class is not None:
-                scope["raw_path"] = raw_path
-                scope["query_string"] = query
+                if self.root_path:  # the target as sent
+                    scope["raw_path"] = scope["raw_path"][len(self.root_path.encode()) :]
                 return scope
             self.logger.warning("Unsupported upgrade request.")
             if self.ws_protocol_class is None:
@@ -261,13 +261,6 @@ class HttpProtocol(asyncio.Protocol):
                     "\"pip install 'uvicorn[standard]'\", or install 'websockets' or "
                     "'wsproto' manually."
                 )
-        path = raw_path.decode("ascii")
-        if "%" in path:
-            path = unquote(path)
-        root_path = self.root_path
-        scope["path"] = root_path + path
-        scope["raw_path"] = root_path.encode("ascii") + raw_path if root_path else raw_path
-        scope["query_string"] = query
 
         limit = self.limit_concurrency
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
@@ -286,7 +279,7 @@ class HttpProtocol(asyncio.Protocol):
             self.access_log,
             self.server_state.default_headers,
             expect_continue,
-            keep_alive and version != "1.0",
+            keep_alive,
             self._on_response_complete,
         )
         if previous is None or previous.response_complete:

@@ -158,3 +158,31 @@ def test_a_changed_byte_is_never_read_more_loosely_than_h11_reads_it(req, data):
     # Every request rsloop reads, h11 reads the same (so a request h11 refuses, rsloop
     # never reads: it refuses it too, or earlier, or waits for more).
     assert got == h11_read[: len(got)], (mutated, error, h11_error)
+
+
+def test_set_scope_makes_each_head_its_asgi_scope():
+    state = {"db": 1}
+    asgi = {"version": "3.0", "spec_version": "2.3"}
+    base = {"type": "http", "asgi": asgi, "server": ("127.0.0.1", 8000),
+            "client": ("127.0.0.1", 4000), "scheme": "http", "root_path": "/api",
+            "state": state}  # fmt: skip
+    parser = HttpRequestParser(MAX_HEAD, True)
+    parser.set_scope(base)
+    events = parser.feed(
+        b"GET /a%20b/%E2%82%AC?x=%20 HTTP/1.1\r\nHost: t\r\nConnection: keep-alive\r\n\r\n"
+        b"GET / HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\n\r\n"
+    )
+    assert [e[0] for e in events] == [HEAD, COMPLETE, HEAD, COMPLETE]
+    _, scope, keep_alive, expect_continue, upgrade = events[0]
+    assert (keep_alive, expect_continue, upgrade) == (True, False, None)
+    assert scope == {**base, "http_version": "1.1", "method": "GET",
+                     "headers": [(b"host", b"t"), (b"connection", b"keep-alive")],
+                     "path": "/api/a b/\u20ac", "raw_path": b"/api/a%20b/%E2%82%AC",
+                     "query_string": b"x=%20"}  # fmt: skip
+    # Each request has its own copies of the connection's dicts.
+    assert scope["state"] is not state and scope["asgi"] is not asgi
+    second = events[2][1]
+    assert second["path"] == "/api/" and second["raw_path"] == b"/api/"
+    # HTTP/1.0: not kept alive, whatever its Connection field says.
+    assert second["http_version"] == "1.0" and events[2][2] is False
+    assert second["state"] is not scope["state"]

@@ -5,7 +5,8 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::http::request::{Head, ParseError, RequestParser, Sink};
 use crate::http::response::{self, HeadWriter};
@@ -28,10 +29,26 @@ const ERROR: u8 = 4;
 /// A malformed or ambiguous request ends the list with `(4, why)`, after the events of
 /// what came before it (a good request pipelined ahead of a bad one is still served), and
 /// every later call returns `[(4, why)]`.
+///
+/// After `set_scope(base)`, a head is `(0, scope, keep_alive, expect_continue, upgrade)`
+/// instead: `scope` the ASGI HTTP scope, a copy of `base` (the connection's keys:
+/// `type`, `asgi`, `server`, `client`, `scheme`, `root_path`, `state`; a dict among them
+/// is copied too) with the request's `http_version`, `headers`, `method`, `path` (percent
+/// decoded as `urllib.parse.unquote` decodes it, after `root_path`), `raw_path` (after
+/// `root_path`) and `query_string`; `keep_alive` false for HTTP/1.0.
 #[pyclass(module = "rsloop._rsloop", name = "HttpRequestParser")]
 pub struct HttpRequestParser {
     parser: RequestParser,
     upgrade_websocket: bool,
+    scope: Option<ScopeBase>,
+}
+
+/// What `set_scope` gave: the connection's part of every request's scope.
+struct ScopeBase {
+    base: Py<PyDict>,
+    /// The items of `base` whose values are dicts (`asgi`, `state`): copied per request.
+    dicts: Vec<(Py<PyAny>, Py<PyDict>)>,
+    root_path: String,
 }
 
 #[pymethods]
@@ -42,7 +59,31 @@ impl HttpRequestParser {
         HttpRequestParser {
             parser: RequestParser::new(max_head),
             upgrade_websocket,
+            scope: None,
         }
+    }
+
+    /// Heads come as ASGI scopes from now on, each a copy of `base` with the request's
+    /// keys (see the class). `base["root_path"]`, a str, goes before each path; a dict
+    /// in `base` (`asgi`, `state`) is copied for each request.
+    fn set_scope(&mut self, base: &Bound<'_, PyDict>) -> PyResult<()> {
+        let py = base.py();
+        let root_path = match base.get_item(pyo3::intern!(py, "root_path"))? {
+            Some(root) => root.extract::<String>()?,
+            None => String::new(),
+        };
+        let mut dicts = Vec::new();
+        for (key, value) in base.iter() {
+            if let Ok(dict) = value.cast_into::<PyDict>() {
+                dicts.push((key.unbind(), dict.unbind()));
+            }
+        }
+        self.scope = Some(ScopeBase {
+            base: base.copy()?.unbind(),
+            dicts,
+            root_path,
+        });
+        Ok(())
     }
 
     fn feed<'py>(&mut self, py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
@@ -51,6 +92,7 @@ impl HttpRequestParser {
             events: PyList::empty(py),
             error: None,
             upgrade_websocket: self.upgrade_websocket,
+            scope: self.scope.as_ref(),
         };
         let parsed = self.parser.feed(data, &mut sink);
         if let Err(err) = parsed {
@@ -77,14 +119,71 @@ impl HttpRequestParser {
     }
 }
 
-struct PySink<'py> {
+struct PySink<'py, 'a> {
     py: Python<'py>,
     events: Bound<'py, PyList>,
     error: Option<PyErr>,
     upgrade_websocket: bool,
+    scope: Option<&'a ScopeBase>,
 }
 
-impl PySink<'_> {
+static UNQUOTE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// `path` (ASCII: the parser refuses other bytes in a target) as the scope's `path`:
+/// after `root`, and percent-decoded by `urllib.parse.unquote` when it has a `%`.
+fn scope_path<'py>(py: Python<'py>, root: &str, path: &[u8]) -> PyResult<Bound<'py, PyString>> {
+    let text =
+        std::str::from_utf8(path).map_err(|_| PyValueError::new_err("non-ASCII request target"))?;
+    if !text.contains('%') {
+        if root.is_empty() {
+            return Ok(PyString::new(py, text));
+        }
+        return Ok(PyString::new(py, &format!("{root}{text}")));
+    }
+    let unquote = UNQUOTE.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("urllib.parse")?.getattr("unquote")?.unbind())
+    })?;
+    let decoded = unquote.bind(py).call1((text,))?.cast_into::<PyString>()?;
+    if root.is_empty() {
+        return Ok(decoded);
+    }
+    Ok(PyString::new(py, &format!("{root}{}", decoded.to_cow()?)))
+}
+
+/// The ASGI scope of `head` (see `HttpRequestParser`).
+fn build_scope<'py>(
+    py: Python<'py>,
+    base: &ScopeBase,
+    head: &Head<'_>,
+    headers: Bound<'py, PyList>,
+    version: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyDict>> {
+    use pyo3::intern;
+    let scope = base.base.bind(py).copy()?;
+    for (key, dict) in &base.dicts {
+        scope.set_item(key.bind(py), dict.bind(py).copy()?)?;
+    }
+    scope.set_item(intern!(py, "http_version"), version)?;
+    scope.set_item(intern!(py, "headers"), headers)?;
+    scope.set_item(intern!(py, "method"), PyString::new(py, head.method))?;
+    scope.set_item(
+        intern!(py, "path"),
+        scope_path(py, &base.root_path, head.path)?,
+    )?;
+    let raw_path = if base.root_path.is_empty() {
+        PyBytes::new(py, head.path)
+    } else {
+        let mut raw = Vec::with_capacity(base.root_path.len() + head.path.len());
+        raw.extend_from_slice(base.root_path.as_bytes());
+        raw.extend_from_slice(head.path);
+        PyBytes::new(py, &raw)
+    };
+    scope.set_item(intern!(py, "raw_path"), raw_path)?;
+    scope.set_item(intern!(py, "query_string"), PyBytes::new(py, head.query))?;
+    Ok(scope)
+}
+
+impl PySink<'_, '_> {
     fn push(&mut self, event: PyResult<Bound<'_, PyTuple>>) {
         if self.error.is_some() {
             return;
@@ -95,7 +194,7 @@ impl PySink<'_> {
     }
 }
 
-impl Sink for PySink<'_> {
+impl Sink for PySink<'_, '_> {
     fn head(&mut self, head: &Head<'_>) -> bool {
         let py = self.py;
         let event = (|| {
@@ -112,6 +211,17 @@ impl Sink for PySink<'_> {
                 pyo3::intern!(py, "1.1")
             };
             let upgrade = head.upgrade.map(|u| PyBytes::new(py, u));
+            if let Some(base) = self.scope {
+                let scope = build_scope(py, base, head, headers, version)?;
+                return (
+                    HEAD,
+                    scope,
+                    head.keep_alive && head.minor_version != 0,
+                    head.expect_continue,
+                    upgrade,
+                )
+                    .into_pyobject(py);
+            }
             (
                 HEAD,
                 PyString::new(py, head.method),
