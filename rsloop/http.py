@@ -353,7 +353,8 @@ class HttpProtocol(asyncio.Protocol):
             return
         if not self.lazy_timer:
             self._cancel_keep_alive()
-        self.flow.resume_reading()
+        if self.flow.read_paused:
+            self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start(cycle, app)
@@ -514,10 +515,11 @@ class _Cycle:
         )
 
     async def send(self, message: ASGISendEvent) -> None:
-        if self.flow.write_paused and not self.disconnected:
-            await self.flow.drain()
-        if self.disconnected:
-            return
+        if self.disconnected or self.flow.write_paused:
+            if self.flow.write_paused and not self.disconnected:
+                await self.flow.drain()
+            if self.disconnected:
+                return
         kind = message["type"]
         if not self.response_started:
             if kind != "http.response.start":
@@ -565,7 +567,10 @@ class _Cycle:
                 if self.expected_length != 0:
                     raise RuntimeError("Response content shorter than Content-Length")
                 self.response_complete = True
-                self.wake()
+                self.woken = True  # wake(), inlined
+                waiter = self.waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
                 if not self.keep_alive:
                     self.transport.close()
                 self.on_response()
@@ -579,7 +584,8 @@ class _Cycle:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.waiting_for_100_continue = False
         if not self.disconnected and not self.response_complete:
-            self.flow.resume_reading()
+            if self.flow.read_paused:
+                self.flow.resume_reading()
             if not self.woken:
                 waiter = self.waiter = asyncio.get_running_loop().create_future()
                 try:
