@@ -17,7 +17,7 @@ import traceback
 import warnings
 from asyncio import base_events, constants, coroutines, events, futures, tasks
 
-from . import _compat, _format, _malloc, _streams
+from . import _compat, _format, _malloc, _rsloop, _streams
 from ._net import NetMixin
 from ._rsloop import Loop as _NativeLoop
 from ._rsloop import set_malloc_thresholds as _set_malloc_thresholds
@@ -61,11 +61,21 @@ def _run_until_complete_cb(fut):
     fut.get_loop().stop()
 
 
-def _not_implemented(name: str):
+# A native module whose driver watches no fds (Windows: mio's IOCP selector runs timers
+# and callbacks only) cannot run anything built on them: sockets, transports, pipes,
+# subprocesses, signals. The methods raise NotImplementedError naming themselves, as
+# asyncio's Proactor loop does for add_reader; `auto` gives that loop there instead.
+_BUILD_FDS: bool = _rsloop.BUILD_FDS
+_NO_FDS_WHY = (
+    "rsloop's native loop watches no sockets on this platform yet (on Windows mio's IOCP "
+    "is not wired into its driver); asyncio's Proactor loop, which RSLOOP_BACKEND=auto "
+    "gives here, has it; see docs/platforms.md"
+)
+
+
+def _not_implemented(name: str, why: str = "see docs/compatibility.md"):
     def method(self, *args, **kwargs):
-        raise NotImplementedError(
-            f"rsloop: Loop.{name}() is not implemented yet; see docs/compatibility.md"
-        )
+        raise NotImplementedError(f"rsloop: Loop.{name}() is not implemented yet; {why}")
 
     method.__name__ = name
     method.__qualname__ = f"Loop.{name}"
@@ -608,6 +618,17 @@ for _name in _PENDING:
     if getattr(Loop, _name, None) is getattr(asyncio.AbstractEventLoop, _name, None):
         setattr(Loop, _name, _not_implemented(_name))
 del _name
+
+# Everything that needs an fd watched, where the driver watches none (_BUILD_FDS). The
+# mixins' Python code would otherwise arm watchers that never fire.
+_NEEDS_FDS = _PENDING + (
+    "add_reader add_writer remove_reader remove_writer _add_reader _add_writer "
+    "_remove_reader _remove_writer"
+).split()
+if not _BUILD_FDS:
+    for _name in _NEEDS_FDS:
+        setattr(Loop, _name, _not_implemented(_name, _NO_FDS_WHY))
+    del _name
 
 
 def _decline(self, *args):

@@ -13,6 +13,7 @@ __all__ = [
     "response_head",
     "BUILD_URING",
     "BUILD_PORTABLE",
+    "BUILD_FDS",
     "CONTEXT_PEEK",
     "FAST_HANDLE_NEW",
     "Loop",
@@ -31,6 +32,7 @@ __all__ = [
 __version__: str
 BUILD_URING: bool
 BUILD_PORTABLE: bool
+BUILD_FDS: bool
 CONTEXT_PEEK: bool
 FAST_HANDLE_NEW: bool
 

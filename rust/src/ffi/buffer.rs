@@ -3,10 +3,12 @@
 //! Owns: reading and filling a buffer export while it is held. Not: deciding which objects
 //! are accepted (the transports and `sock_*` methods check types first, as asyncio does).
 
+#[cfg(unix)]
 use std::io;
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::PyBufferError;
+#[cfg(unix)]
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PySlice};
@@ -31,6 +33,7 @@ pub fn buffer_to_vec(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
 /// Receives from `fd` straight into a writable buffer (a protocol's `get_buffer()`): the
 /// bytes received, and whether they filled the buffer. The outer error is a Python one
 /// (not a writable buffer); the inner one the kernel's.
+#[cfg(unix)]
 pub fn recv_into_buffer(fd: i32, obj: &Bound<'_, PyAny>) -> PyResult<io::Result<(usize, bool)>> {
     let buf = PyUntypedBuffer::get(obj)?;
     if buf.readonly() {
@@ -51,6 +54,7 @@ pub fn recv_into_buffer(fd: i32, obj: &Bound<'_, PyAny>) -> PyResult<io::Result<
 /// `bytes` of `n` bytes, shrunk in place to what arrived, as CPython's socket module builds
 /// it (no copy). The outer error is a Python one (`MemoryError` for an absurd `n`); the
 /// inner one the kernel's.
+#[cfg(unix)]
 pub fn recv_bytes<'py>(
     py: Python<'py>,
     fd: i32,
@@ -94,6 +98,7 @@ pub fn recv_bytes<'py>(
 
 /// One `recv` (never blocking) into a held writable export; the caller checked that it is
 /// writable and C-contiguous.
+#[cfg(unix)]
 pub fn recv_into_export(fd: i32, buf: &PyUntypedBuffer) -> io::Result<usize> {
     if buf.readonly() || !buf.is_c_contiguous() {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
@@ -104,6 +109,7 @@ pub fn recv_into_export(fd: i32, buf: &PyUntypedBuffer) -> io::Result<usize> {
 }
 
 /// One `send` (never blocking) of a held C-contiguous export from byte `start` on.
+#[cfg(unix)]
 pub fn send_export(fd: i32, buf: &PyUntypedBuffer, start: usize) -> io::Result<usize> {
     if !buf.is_c_contiguous() {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));

@@ -18,7 +18,6 @@
 
 pub mod alloc;
 pub mod attrs;
-#[cfg(unix)]
 pub mod buffer;
 pub mod fastcall;
 pub mod gil;

@@ -8,7 +8,6 @@ pub mod loop_;
 mod scheduling;
 #[cfg(unix)]
 mod sock;
-#[cfg(unix)]
 pub mod streams;
 
 use pyo3::prelude::*;
@@ -26,6 +25,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "BUILD_PORTABLE",
         cfg!(any(not(target_os = "linux"), feature = "portable")),
     )?;
+    // Whether the `poll` driver watches fds (and so sockets, pipes, signals and children
+    // on top of them): on Unix. On Windows mio's IOCP selector runs timers and callbacks
+    // only, and the package makes every method that needs an fd raise
+    // NotImplementedError (rsloop/_loop.py).
+    m.add("BUILD_FDS", cfg!(unix))?;
     crate::core::handle::set_core_of(loop_::Loop::core_of);
     crate::ffi::python::probe_current_context(m.py());
     crate::ffi::python::probe_thread_ident();
@@ -55,11 +59,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?)?;
     #[cfg(unix)]
     m.add_class::<crate::transports::datagram::DatagramCore>()?;
-    #[cfg(unix)]
     m.add_class::<streams::StreamOp>()?;
-    #[cfg(unix)]
     crate::ffi::iternext::install::<streams::StreamOpNext>(m.py());
-    #[cfg(unix)]
     m.add_class::<streams::StreamReaderCore>()?;
     http::register(m)?;
     m.add_function(wrap_pyfunction!(set_malloc_thresholds, m)?)?;
