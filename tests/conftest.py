@@ -192,6 +192,9 @@ def pytest_runtest_logreport(report) -> None:
     )
     if report.failed:
         entry["outcome"] = "failed"
+        # What failed, in a line (nox -s windows tells the platform's known gaps apart).
+        crash = getattr(report.longrepr, "reprcrash", None)
+        entry["reason"] = (crash.message if crash is not None else str(report.longrepr))[:2000]
     elif entry["outcome"] == "failed":
         return
     elif report.skipped:

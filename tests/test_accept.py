@@ -14,7 +14,6 @@ import asyncio
 import contextvars
 import errno
 import os
-import resource
 import socket
 import threading
 import time
@@ -22,6 +21,11 @@ from asyncio import constants
 
 import pytest
 from netutil import HOST, EchoServer, collecting, payload, run, tcp_echo_server, unix_path
+
+try:
+    import resource  # Unix only
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
 
 
 async def _echo_round_trip(loop, addr, data: bytes) -> tuple:
@@ -93,6 +97,8 @@ def _fill_fd_table() -> tuple[list[int], tuple[int, int]]:
     """Lowers this process's fd limit to just above the fds open now and takes every free
     number below it, so the next accept fails with EMFILE. Returns the fds taken and the
     old limit, for :func:`_free_fd_table`."""
+    if resource is None or not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs Unix fd limits (resource) and /proc/self/fd")
     old = resource.getrlimit(resource.RLIMIT_NOFILE)
     highest = max(int(name) for name in os.listdir("/proc/self/fd"))
     resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 4, old[1]))

@@ -21,6 +21,8 @@ import rsloop
 from rsloop import _backend
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Unix subprocesses")
+if not hasattr(signal, "SIGKILL"):  # the module's parameters name Unix signals
+    pytest.skip(f"Unix subprocesses: no signal.SIGKILL on {sys.platform}", allow_module_level=True)
 
 WAIT_S = 10.0
 PIPE = asyncio.subprocess.PIPE

@@ -12,7 +12,6 @@ import errno
 import itertools
 import logging
 import os
-import resource
 import socket
 import sys
 from asyncio import selector_events, trsock
@@ -40,6 +39,11 @@ from netutil import (
     unix_path,
     wait_readable,
 )
+
+try:
+    import resource  # Unix only
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
 
 MIB = 1 << 20
 SIZES = [1, 1000, MIB]
@@ -167,6 +171,8 @@ def test_tcp_nodelay_is_set_on_both_ends(loop):
 def test_thousand_concurrent_clients(loop):
     clients = 1000
     need = 2 * clients + 256
+    if resource is None:
+        pytest.skip("needs Unix fd limits (resource)")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < need:
         if hard != resource.RLIM_INFINITY and hard < need:
