@@ -76,7 +76,12 @@ def main() -> int:
     print(f"native core: {_rsloop.__file__}")
     built = ["poll (mio)"] + (["uring (io_uring)"] if _rsloop.BUILD_URING else [])
     print(f"native core: built with {', '.join(built)}")
-    if _rsloop.BUILD_PORTABLE:
+    if not _rsloop.BUILD_FDS:
+        print(
+            "native core: no fd watching (mio over IOCP runs timers and callbacks; sockets, "
+            "pipes, subprocesses and signals raise NotImplementedError)"
+        )
+    elif _rsloop.BUILD_PORTABLE:
         print(
             "native core: portable build (the macOS/BSD code paths: no io_uring, mio's "
             "selector and waker, children waited for by a thread each, sends without "

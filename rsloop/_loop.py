@@ -621,10 +621,8 @@ del _name
 
 # Everything that needs an fd watched, where the driver watches none (_BUILD_FDS). The
 # mixins' Python code would otherwise arm watchers that never fire.
-_NEEDS_FDS = _PENDING + (
-    "add_reader add_writer remove_reader remove_writer _add_reader _add_writer "
-    "_remove_reader _remove_writer"
-).split()
+_FD_WATCHERS = "add_reader add_writer remove_reader remove_writer"
+_NEEDS_FDS = [*_PENDING, *_FD_WATCHERS.split(), *(f"_{n}" for n in _FD_WATCHERS.split())]
 if not _BUILD_FDS:
     for _name in _NEEDS_FDS:
         setattr(Loop, _name, _not_implemented(_name, _NO_FDS_WHY))
