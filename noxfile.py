@@ -929,10 +929,6 @@ WINDOWS_KNOWN = {
         "rsloop's: VirtualClock on the Proactor fallback, a pending wait is left after the "
         "child exits (not yet diagnosed)"
     ),
-    "tests/test_callbacks.py::test_fresh_handles_are_made_by_hand_and_hold_what_pyo3s_would": (
-        "rsloop's: the layout probe for making handles by hand (FAST_HANDLE_NEW) says no on "
-        "Windows, so handles are made through PyO3's initializer there (correct, slower)"
-    ),
     "tests/test_debug.py::test_slow_threadsafe_callback_warning_names_the_callback[fallback]": (
         "Wine's timing: asyncio's own Proactor _loop_self_reading() took over the test's "
         "0.05 s threshold and logged a second warning (asyncio's code, not rsloop's)"

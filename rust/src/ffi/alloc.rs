@@ -36,6 +36,20 @@ pub struct FastNew<T> {
     _value: PhantomData<fn(T) -> T>,
 }
 
+/// Whether `alloc` is CPython's `PyType_GenericAlloc`. `object`'s own slot is that function
+/// (Objects/typeobject.c), and is the one to compare with: on Windows the address this
+/// module has for a function of python3XY.dll is its import thunk, never equal to the
+/// function's own address that CPython stores in a slot.
+fn is_generic_alloc(alloc: Option<ffi::allocfunc>) -> bool {
+    let Some(alloc) = alloc else { return false };
+    let alloc = alloc as *const () as usize;
+    // SAFETY: `PyBaseObject_Type` is a static of CPython's, alive as long as the
+    // interpreter; reading its `tp_alloc` slot reads a function pointer set at build time.
+    let object = unsafe { (*std::ptr::addr_of!(ffi::PyBaseObject_Type)).tp_alloc };
+    alloc == ffi::PyType_GenericAlloc as *const () as usize
+        || object.is_some_and(|f| f as *const () as usize == alloc)
+}
+
 impl<T: PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync> FastNew<T> {
     /// Checks `sample`, an instance of exactly `T` that PyO3 just made (`Py::new`) and that
     /// nothing else has seen: `T` is based on `object`, collected by the collector, with no
@@ -68,8 +82,7 @@ impl<T: PyClass<Frozen = pyo3::pyclass::boolean_struct::True> + Sync> FastNew<T>
                 || (*ty).tp_dictoffset != 0
                 || flags & (PREHEADER | ffi::Py_TPFLAGS_IS_ABSTRACT) != 0
                 || flags & ffi::Py_TPFLAGS_HAVE_GC == 0
-                || (*ty).tp_alloc.map(|f| f as *const () as usize)
-                    != Some(ffi::PyType_GenericAlloc as *const () as usize)
+                || !is_generic_alloc((*ty).tp_alloc)
             {
                 return None;
             }
