@@ -79,6 +79,7 @@ def _not_implemented(name: str, why: str = "see docs/compatibility.md"):
 
     method.__name__ = name
     method.__qualname__ = f"Loop.{name}"
+    method._not_implemented = True  # type: ignore[attr-defined]
     return method
 
 

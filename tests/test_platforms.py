@@ -253,3 +253,23 @@ def test_the_314_simulation_catches_a_deprecated_read():
     )
     assert proc.returncode != 0
     assert "DeprecationWarning: 'asyncio.DefaultEventLoopPolicy' is deprecated" in proc.stderr
+
+
+@native
+def test_methods_needing_fds_follow_the_build():
+    """Where the native driver watches no fds (Windows), every loop method that needs one
+    raises NotImplementedError naming itself; on POSIX the driver watches fds."""
+    from rsloop import _loop, _rsloop
+
+    assert _rsloop.BUILD_FDS == (os.name == "posix")
+    loop = _loop.Loop(backend="poll")
+    try:
+        for name in _loop._NEEDS_FDS:
+            method = getattr(loop, name)
+            if _rsloop.BUILD_FDS:
+                assert not getattr(method, "_not_implemented", False), name
+                continue
+            with pytest.raises(NotImplementedError, match=rf"Loop\.{name}\(\) is not"):
+                method()
+    finally:
+        loop.close()
