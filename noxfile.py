@@ -1000,6 +1000,10 @@ def _windows_tally(session: nox.Session, where: Path) -> None:
             session.log(f"  {line}")
     if bad:
         session.error("rsloop failures under Wine:\n  " + "\n  ".join(bad))
+    # A loop that ran nothing (no tally, a collection error) is no pass.
+    idle = [b for b in WINDOWS_BACKENDS.split(",") if not counts[b]["passed"]]
+    if idle:
+        session.error(f"no test passed under Wine on {idle}")
 
 
 @nox.session(python=False)
