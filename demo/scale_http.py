@@ -8,7 +8,8 @@
 
 Servers: uvicorn (one process) on asyncio, uvloop, rsloop (``--loop
 rsloop:new_event_loop``) and the older PyPI rsloop (the same from its own venv, found as
-for bench/run.py, with uvicorn and fastapi installed there), and granian (ASGI interface,
+for bench/run.py, with uvicorn and fastapi installed there), the same from another build
+(``--base-python``: the ``*-base`` servers, an A/B of two commits), and granian (ASGI interface,
 one worker) on uvloop and rloop as the reference. Apps: ``fastapi`` (demo/app.py, GET
 /text) and ``raw`` (demo/raw_asgi.py: one ``http.response.start`` + one body message).
 For each repeat, app and connection count, every server runs once in a fresh process
@@ -52,11 +53,20 @@ SERVERS = {
     # and with rsloop's own (rsloop.http: parsing and response heads in Rust).
     "uvicorn-rsloop-httptools": ("uvicorn", "rsloop:new_event_loop"),
     "uvicorn-rsloop-http": ("uvicorn", "rsloop:new_event_loop"),
+    # The same three from another build of rsloop (`--base-python`): an A/B of two commits.
+    "uvicorn-rsloop-base": ("uvicorn", "rsloop:new_event_loop"),
+    "uvicorn-rsloop-httptools-base": ("uvicorn", "rsloop:new_event_loop"),
+    "uvicorn-rsloop-http-base": ("uvicorn", "rsloop:new_event_loop"),
     "granian-uvloop": ("granian", "uvloop"),
     "granian-rloop": ("granian", "rloop"),
 }
 # uvicorn's --http per server (default: uvicorn's "auto").
-HTTP = {"uvicorn-rsloop-httptools": "httptools", "uvicorn-rsloop-http": "rsloop.http:HttpProtocol"}
+HTTP = {
+    "uvicorn-rsloop-httptools": "httptools",
+    "uvicorn-rsloop-http": "rsloop.http:HttpProtocol",
+    "uvicorn-rsloop-httptools-base": "httptools",
+    "uvicorn-rsloop-http-base": "rsloop.http:HttpProtocol",
+}
 APPS = {"fastapi": ("app:app", "/text"), "raw": ("raw_asgi:app", "/")}
 DEFAULT_CONNECTIONS = [16, 64, 256, 1024]
 PEERS = ("uvicorn-uvloop", "uvicorn-pypi-rsloop", "granian-uvloop", "granian-rloop")
@@ -66,7 +76,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--servers", default=",".join(SERVERS), help="from " + ",".join(SERVERS))
+    found = [x for x in SERVERS if not x.endswith("-base")]
+    p.add_argument("--servers", default=",".join(found), help="from " + ",".join(SERVERS))
     p.add_argument("--apps", default="fastapi,raw")
     p.add_argument("--connections", default=",".join(map(str, DEFAULT_CONNECTIONS)))
     p.add_argument("--repeat", type=int, default=None, help="default 3, quick 2")
@@ -78,6 +89,11 @@ def parse_args(argv=None):
         "--pypi-rsloop-python",
         default=None,
         help="interpreter of the older PyPI rsloop (default: .venv-pypi-rsloop beside the repo)",
+    )
+    p.add_argument(
+        "--base-python",
+        default=None,
+        help="interpreter of a venv holding another build of rsloop, for the *-base servers",
     )
     p.add_argument("--plot", default=None, metavar="PNG")
     p.add_argument("--out", default=None)
@@ -102,6 +118,10 @@ def parse_args(argv=None):
     if a.pypi_rsloop_python is None:
         a.pypi_rsloop_python = str(REPO / ".venv-pypi-rsloop" / "bin" / "python")
     a.pypi_rsloop_python = os.path.abspath(a.pypi_rsloop_python)
+    if a.base_python is not None:
+        a.base_python = os.path.abspath(a.base_python)
+    elif any(x.endswith("-base") for x in a.servers):
+        p.error("the *-base servers need --base-python")
     return a
 
 
@@ -115,7 +135,9 @@ def raise_nofile() -> int:
 
 
 def python_of(a, server: str) -> str:
-    return a.pypi_rsloop_python if server == "uvicorn-pypi-rsloop" else a.python
+    if server == "uvicorn-pypi-rsloop":
+        return a.pypi_rsloop_python
+    return a.base_python if server.endswith("-base") else a.python
 
 
 def command(a, server: str, app: str, port: int) -> list:
