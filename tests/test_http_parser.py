@@ -186,3 +186,21 @@ def test_set_scope_makes_each_head_its_asgi_scope():
     # HTTP/1.0: not kept alive, whatever its Connection field says.
     assert second["http_version"] == "1.0" and events[2][2] is False
     assert second["state"] is not scope["state"]
+
+
+def test_a_cycle_through_the_scope_base_is_collected():
+    """The parser shows the collector the scope base it holds: an app's `state` that leads
+    back to the parser's owner is freed with it, not leaked."""
+    import gc
+    import weakref
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    owner.parser = HttpRequestParser(MAX_HEAD, True)
+    owner.parser.set_scope({"type": "http", "root_path": "", "state": {"owner": owner}})
+    gone = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert gone() is None

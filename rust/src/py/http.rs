@@ -3,10 +3,12 @@
 //! into a list of events, so a request costs one call into Rust, not one per header.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::PyTraverseError;
 
 use crate::http::request::{Head, ParseError, RequestParser, Sink};
 use crate::http::response::{self, HeadWriter};
@@ -104,6 +106,23 @@ impl HttpRequestParser {
             Some(err) => Err(err),
             None => Ok(sink.events),
         }
+    }
+
+    /// The scope base may hold the app's `state` dict, whose values can lead back to the
+    /// protocol that owns this parser: a cycle the collector must see.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(scope) = &self.scope {
+            visit.call(&scope.base)?;
+            for (key, dict) in &scope.dicts {
+                visit.call(key)?;
+                visit.call(dict)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.scope = None;
     }
 
     /// Bytes held of a head, chunk line or trailer not yet whole.
