@@ -661,11 +661,17 @@ def test_bodies_may_be_any_bytes_like(loop, kind):
 # -- websocket upgrade ------------------------------------------------------------------
 
 
-def test_a_websocket_upgrade_goes_to_uvicorns_websocket_protocol(loop):
+@pytest.mark.parametrize("root_path", ["", "/api"])
+def test_a_websocket_upgrade_goes_to_uvicorns_websocket_protocol(loop, root_path):
+    """The websocket protocol is handed the target as the client sent it: its scope
+    carries root_path once, as with httptools' protocol."""
     pytest.importorskip("websockets")
 
     async def app(scope, receive, send):
-        assert scope["type"] == "websocket" and scope["path"] == "/ws"
+        assert scope["type"] == "websocket" and scope["root_path"] == root_path
+        assert scope["path"] == root_path + "/ws"
+        assert scope["raw_path"] == root_path.encode() + b"/ws"
+        assert scope["query_string"] == b"x=1"
         assert (await receive())["type"] == "websocket.connect"
         await send({"type": "websocket.accept"})
         message = await receive()
@@ -673,7 +679,7 @@ def test_a_websocket_upgrade_goes_to_uvicorns_websocket_protocol(loop):
         await send({"type": "websocket.close"})
 
     async def main():
-        async with Served(loop, app, ws="websockets-sansio") as srv:
+        async with Served(loop, app, ws="websockets-sansio", root_path=root_path) as srv:
             reader, writer = await asyncio.open_connection(HOST, srv.port)
             # The client's first frame rides in the same packet as the head.
             mask = b"\x01\x02\x03\x04"
