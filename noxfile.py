@@ -89,8 +89,8 @@ def _build(session: nox.Session, release: bool = False, features: str = "") -> N
 def tests(session: nox.Session) -> None:
     """Build the extension and run the test suite on every backend (+ asyncio itself).
     With RSLOOP_CI_BOUNDED=1 (.ci/run), the stream-variant passes run on the oldest and
-    newest Python only (3.10, 3.13), and the debug-mode pass on 3.13 only (`nox -s sid`
-    outside its `ci` mode has one on 3.14 and 3.15)."""
+    newest Python only (3.10, 3.13), and the debug-mode pass on 3.13 only and on the uring
+    and poll loops only (`nox -s sid` outside its `ci` mode has one on 3.14 and 3.15)."""
     _build(session)
     session.install(*TEST_DEPS)
     session.run("python", "-c", "import sys; print('interpreter:', sys.version)")
@@ -98,9 +98,13 @@ def tests(session: nox.Session) -> None:
     bounded = os.environ.get("RSLOOP_CI_BOUNDED") == "1"
     if bounded and session.python not in ("3.10", "3.13"):
         return
-    # Once more in asyncio debug mode, as uvloop does.
-    if not bounded or session.python == "3.13":
+    # Once more in asyncio debug mode, as uvloop does. Bounded (CI): on rsloop's own
+    # loops only; the fallback and asyncio cases there run the stdlib loop.
+    if not bounded:
         _pytest(session, "tests", "-x", env={"PYTHONASYNCIODEBUG": "1"})
+    elif session.python == "3.13":
+        env = {"PYTHONASYNCIODEBUG": "1", "RSLOOP_TEST_BACKENDS": "uring,poll"}
+        _pytest(session, "tests", "-x", env=env)
     # The stream tests with rsloop's fast streams off, and with asyncio's classes rebound.
     streams = ["tests/test_streams.py", "tests/test_fast_streams.py"]
     _pytest(session, *streams, env={"RSLOOP_FAST_STREAMS": "0"})
