@@ -13,6 +13,7 @@ import shutil
 import sys
 import sysconfig
 import tempfile
+import zipfile
 from pathlib import Path
 
 import nox
@@ -409,6 +410,47 @@ def _musl_load(session: nox.Session, module: Path, work: Path) -> None:
     )
 
 
+# What a win_amd64 wheel's module may import: Windows' own DLLs and the interpreter's.
+# A MinGW runtime DLL (libgcc_s_seh-1, libwinpthread-1) would be missing on a user's
+# machine, so it fails the check.
+WINDOWS_SYSTEM_DLLS = {"kernel32.dll", "ntdll.dll", "msvcrt.dll", "bcryptprimitives.dll",
+                       "ws2_32.dll", "advapi32.dll", "userenv.dll", "bcrypt.dll"}  # fmt: skip
+
+
+def _windows_wheel(session: nox.Session, dist: Path) -> None:
+    """The win_amd64 wheel for this session's Python, cross-built with MinGW-w64
+    (x86_64-pc-windows-gnu; PyO3 makes the import library), and checked without
+    Windows: its tag, its module's name, and that the module imports only Windows' own
+    DLLs and pythonXY.dll. `nox -s windows` runs the cp314 one under Wine."""
+    for tool in ("x86_64-w64-mingw32-gcc", "x86_64-w64-mingw32-objdump"):
+        if not shutil.which(tool):
+            session.error(f"{tool} not found: apt-get install gcc-mingw-w64-x86-64")
+    session.run("rustup", "target", "add", WINDOWS_TARGET, external=True)
+    out = dist / "windows"
+    session.run("maturin", "build", "--release", "-q", "--target", WINDOWS_TARGET,
+                "-i", f"python{session.python}", "-o", str(out))  # fmt: skip
+    tag = "cp" + str(session.python).replace(".", "")
+    (wheel,) = glob.glob(str(out / f"rsloop_uring-*-{tag}-{tag}-win_amd64.whl"))
+    module = f"rsloop/_rsloop.{tag}-win_amd64.pyd"
+    unpacked = out / "unpacked"
+    with zipfile.ZipFile(wheel) as zf:
+        if module not in zf.namelist():
+            session.error(f"{Path(wheel).name} has no {module}: {zf.namelist()}")
+        zf.extract(module, unpacked)
+    dump = session.run("x86_64-w64-mingw32-objdump", "-p", str(unpacked / module),
+                       silent=True, external=True)  # fmt: skip
+    dlls = {line.split(":", 1)[1].strip().lower() for line in dump.splitlines()
+            if "DLL Name:" in line}  # fmt: skip
+    python_dll = f"python{tag[2:]}.dll"
+    foreign = sorted(
+        d for d in dlls
+        if d not in WINDOWS_SYSTEM_DLLS and d != python_dll and not d.startswith("api-ms-win-")
+    )  # fmt: skip
+    if python_dll not in dlls or foreign:
+        session.error(f"{module} imports {sorted(dlls)}: not only Windows' and {python_dll}")
+    session.log(f"{Path(wheel).name}: {module} imports {', '.join(sorted(dlls))}")
+
+
 # The package session's Pythons: 3.10-3.13 here, and 3.14 and 3.15 where they are on
 # PATH (inside the sid chroot: `nox -s sid -- package` runs it there).
 PACKAGE_PYTHONS = PYTHONS + [v for v in ["3.14", "3.15"] if shutil.which(f"python{v}")]
@@ -427,10 +469,12 @@ def package(session: nox.Session) -> None:
     """Per Python: a manylinux_2_17 release wheel (maturin --zig), checked with auditwheel,
     installed in this fresh venv and imported from outside the source tree; a
     musllinux_1_2 wheel, checked with auditwheel and against musl's symbols (not run: no
-    musl CPython here); on 3.12 and 3.14 the whole test suite (first pass) against the
-    installed manylinux wheel; on 3.11, the sdist built as pip would. `-- ci` (.ci/run on
-    the host): on 3.12, WHEEL_CI_TESTS rather than the whole suite (the sid step runs the
-    whole suite against the installed 3.14 wheel)."""
+    musl CPython here); on 3.10-3.13 a win_amd64 wheel, cross-built with MinGW-w64 and
+    checked for its tag and the DLLs its module imports (_windows_wheel); on 3.12 and 3.14
+    the whole test suite (first pass) against the installed manylinux wheel; on 3.11, the
+    sdist built as pip would. `-- ci` (.ci/run on the host): on 3.12, WHEEL_CI_TESTS
+    rather than the whole suite (the sid step runs the whole suite against the installed
+    3.14 wheel), and no Windows wheel (`nox -s windows -- ci` builds and runs cp314's)."""
     session.install(*WHEEL_TOOLS)
     dist = Path(session.create_tmp()).resolve() / "dist"
     shutil.rmtree(dist, ignore_errors=True)
@@ -439,6 +483,10 @@ def package(session: nox.Session) -> None:
     (wheel,) = glob.glob(str(dist / "manylinux" / "rsloop_uring-*.whl"))
     _audit(session, wheel, "manylinux_2_17")
     _musllinux(session, dist)
+    # The Windows wheels of the host's Pythons (cp314's: `nox -s windows`, which also runs
+    # it); not in `-- ci`, where `nox -s windows -- ci` builds and runs cp314's.
+    if "ci" not in session.posargs and session.python in PYTHONS:
+        _windows_wheel(session, dist)
     session.install("--force-reinstall", "--no-deps", wheel)
     with session.chdir(dist):
         session.run("python", "-c", _SMOKE)
