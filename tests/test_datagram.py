@@ -913,3 +913,62 @@ def test_socket_closed_under_a_queued_transport_never_reaches_the_fd_reused(loop
         second.close()
         second_peer.close()
         first_peer.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="abstract AF_UNIX names")
+def test_writer_does_not_resume_for_writability_that_passed_while_the_loop_was_stopped(loop):
+    """The `datagram` fuzz finding `datagram-uring-resume-writing`, reduced. A paused
+    protocol whose queue is at or below the low-water mark (the marks were raised) is
+    resumed by the transport's writer, even one that finds the socket full (asyncio's
+    `_sendto_ready` checks the marks after its sends either way); so when the writer runs
+    is observable. asyncio runs it when the selector, asked as the loop waits, calls the
+    socket writable. Here the socket became writable while the loop was stopped and full
+    again before it ran: asyncio calls nothing; the uring driver used to hand out the
+    one-shot poll's completion from back then, and the writer resumed the protocol."""
+    ours, peer = named_pair("stale-writable")
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    for s in (ours, peer):
+        s.setblocking(False)
+
+    def drain_peer() -> int:
+        got = 0
+        while True:
+            try:
+                peer.recv(1 << 17)
+            except BlockingIOError:
+                return got
+            got += 1
+
+    def run_once() -> None:
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+
+    tr = None
+    try:
+        tr, proto = loop.run_until_complete(endpoint(loop, Flow, sock=ours))
+        tr.set_write_buffer_limits(high=64, low=32)
+        _fill(tr, None, 1000)  # the kernel pushed back: one datagram queued
+        assert proto.flow == ["pause"]
+        tr.set_write_buffer_limits(high=8000)  # low 2000: the queue is below it, paused
+        run_once()  # the writer waits (on io_uring: its poll is in the kernel)
+        assert proto.flow == ["pause"]
+        assert drain_peer() > 0  # writable, with the loop stopped...
+        while True:  # ...and full again before it runs (a write the transport did not make)
+            try:
+                ours.send(b"x" * 1000)
+            except BlockingIOError:
+                break
+        run_once()
+        run_once()
+        assert proto.flow == ["pause"]
+        assert tr.get_write_buffer_size() > 0
+        drain_peer()  # writable when the loop runs: the writer sends and resumes
+        run_once()
+        assert proto.flow == ["pause", "resume"]
+        assert tr.get_write_buffer_size() == 0
+    finally:
+        if tr is not None:
+            tr.abort()
+            run_once()
+        peer.close()
+        ours.close()

@@ -519,3 +519,56 @@ def test_a_busy_loop_sees_readiness_in_the_next_iteration(loop, pair):
     # The first byte is sent before the first step: it shows up two steps later everywhere.
     assert len(lags) >= 100
     assert max(lags[1:]) <= 1, lags
+
+
+def _send_until_full(sock) -> int:
+    sent = 0
+    while True:
+        try:
+            sock.send(b"x" * 1000)
+        except BlockingIOError:
+            return sent
+        sent += 1
+
+
+def _drain(sock) -> None:
+    while True:
+        try:
+            sock.recv(1 << 17)
+        except BlockingIOError:
+            return
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="no AF_UNIX")
+@pytest.mark.parametrize("kind", [socket.SOCK_DGRAM, socket.SOCK_STREAM], ids=["dgram", "stream"])
+def test_a_writer_does_not_run_for_writability_that_passed_while_the_loop_was_stopped(loop, kind):
+    """A selector asks whether the fd is writable when the loop waits. A socket that became
+    writable while the loop was stopped (its peer read) and full again before the loop ran
+    (written to directly) is not: asyncio's writer does not run. io_uring's one-shot poll
+    completed when the socket became writable, and the completion waited in the ring; the
+    uring driver handed it out as it was, so the writer ran for a full socket (and the
+    datagram transport's writer, finding it full, still resumed a paused protocol: the
+    `datagram` fuzz finding `datagram-uring-resume-writing`)."""
+    a, b = socket.socketpair(socket.AF_UNIX, kind)
+    try:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+        a.setblocking(False)
+        b.setblocking(False)
+        assert _send_until_full(a) > 0
+        calls = []
+        loop.add_writer(a, lambda: calls.append("writer"))
+        run_once(loop)
+        run_once(loop)
+        assert calls == []  # full: no writer, on every loop
+        _drain(b)  # writable now, with the loop stopped...
+        assert _send_until_full(a) > 0  # ...and full again before it runs
+        run_once(loop)
+        run_once(loop)
+        assert calls == []
+        _drain(b)  # writable, and still so when the loop runs
+        run_once(loop)
+        assert calls == ["writer"]
+        loop.remove_writer(a)
+    finally:
+        a.close()
+        b.close()
