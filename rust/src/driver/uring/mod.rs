@@ -532,6 +532,27 @@ impl UringDriver {
                         });
                         continue;
                     }
+                    if let Kind::Poll(interest) = entry.kind {
+                        if res >= 0
+                            && res & i32::from(libc::POLLOUT) != 0
+                            && !cancel_sent
+                            && interest.is_writable()
+                            && !sys::sock::writable_now(entry.fd)
+                        {
+                            // Writable when the kernel completed the poll, full again now
+                            // (written to since, while the loop was stopped or by a
+                            // callback): a selector asked now would not report it, and a
+                            // writer that finds the socket full is not harmless (asyncio's
+                            // datagram writer resumes a paused protocol even then). Wait
+                            // again under the same token, as the poll driver does. Only
+                            // for a completion that said POLLOUT: one for the peer's
+                            // half-close (POLLRDHUP alone, reported to every poll on the
+                            // socket) would complete again at once, a busy loop; the
+                            // stream transport's writer handles those (`write_ready`).
+                            self.rearm.push(user_data);
+                            continue;
+                        }
+                    }
                     if let Some(entry) = self.inflight.complete(user_data) {
                         let result = match entry.kind {
                             Kind::Poll(interest) if res >= 0 => ops::poll_result(res, interest),
@@ -552,9 +573,10 @@ impl UringDriver {
                 self.inflight.complete(user_data);
                 // A poll standing in for PollMulti ends as the kernel's multishot poll
                 // ends when it cannot go on: a final readiness, which its owner answers by
-                // arming it again. Anything else ends cancelled.
+                // arming it again; so does a one-shot poll waiting again (a spurious
+                // readiness, not a watcher gone silent). Anything else ends cancelled.
                 let result = match entry.kind {
-                    Kind::PollEach(interest) => i32::from(interest.bits()),
+                    Kind::PollEach(interest) | Kind::Poll(interest) => i32::from(interest.bits()),
                     _ => -libc::ECANCELED,
                 };
                 out.push(Completion::last(entry.token, result));
