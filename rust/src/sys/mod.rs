@@ -1,7 +1,8 @@
 //! Small `unsafe` islands over the OS (libc): the lowest layer, imported by every other and
 //! importing none of them (the CPython C-API wrappers are `ffi/`, one step up beside it).
 //! Owns: raw syscalls, socket addresses as the kernel sees them, errno text, the clock,
-//! glibc's malloc tunables, [`RawFd`]. Not: deciding what to do with a result (callers),
+//! glibc's malloc tunables, [`RawFd`], and on Windows the sockets lent to mio's selector
+//! (`windows.rs`). Not: deciding what to do with a result (callers),
 //! anything that touches a Python object (`ffi/`).
 //!
 //! SAFETY discipline: every `unsafe` block carries a `// SAFETY:` line that says why each
@@ -14,8 +15,8 @@
 /// the `poll` driver refuses fds).
 #[cfg(unix)]
 pub use std::os::fd::RawFd;
-/// A file descriptor number (`std::os::fd::RawFd` on Unix; a plain `i32` elsewhere, where
-/// the `poll` driver refuses fds).
+/// A file descriptor number (`std::os::fd::RawFd` on Unix; on Windows a `SOCKET`'s number
+/// as an `i32`, as Python's `fileno()` gives it and the fd watcher table keys it).
 #[cfg(not(unix))]
 pub type RawFd = i32;
 
@@ -28,10 +29,15 @@ pub mod fd;
 pub mod sock;
 #[cfg(unix)]
 pub mod sockaddr;
+// Sockets lent to mio's IOCP selector (the `poll` driver's fd watchers on Windows).
+#[cfg(windows)]
+pub mod windows;
 
 pub use errno::{errno_name, error_code, os_error, strerror, OsError};
 #[cfg(unix)]
 pub use fd::{close_raw, fd_check_pollable};
+#[cfg(windows)]
+pub use windows::fd_check_pollable;
 
 mod errno;
 
@@ -56,8 +62,8 @@ macro_rules! syscall {
 #[allow(unused_imports)]
 pub(crate) use syscall;
 
-/// Off Unix there is no fd to check: the portable driver refuses fds itself.
-#[cfg(not(unix))]
+/// Neither Unix nor Windows: no fd to check, the portable driver refuses fds itself.
+#[cfg(not(any(unix, windows)))]
 pub fn fd_check_pollable(_fd: RawFd) -> std::io::Result<()> {
     Ok(())
 }

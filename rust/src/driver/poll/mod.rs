@@ -12,8 +12,11 @@
 //!   `-ENOENT` in the next `wait` instead;
 //! - a send to a closed fd completes with `-EBADF` (io_uring's answer), not a refusal;
 //! - regular files and directories fail in `submit` with `EPERM` (epoll refuses them);
-//! - on Windows, fds are not supported yet: `submit` of a Poll op returns `Unsupported`.
+//! - on Windows, Poll ops watch sockets only (mio's IOCP selector polls them through AFD;
+//!   anything else fails in `submit` with Winsock's error); sends and accepts on raw fds
+//!   return `Unsupported` there.
 
+mod registrations;
 mod sources;
 
 use std::io;
@@ -21,11 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
-#[cfg(unix)]
-use sources::Added;
-use sources::{Change, OpKind, Perform, Sources};
+use registrations::Registrations;
+use sources::{Added, Change, OpKind, Perform, Sources};
 
-#[cfg(unix)]
 use crate::sys::RawFd;
 
 /// The mio token of the driver's waker; fds use their own number as token.
@@ -58,6 +59,8 @@ pub struct PollDriver {
     waker: std::mem::ManuallyDrop<Arc<mio::Waker>>,
     events: mio::Events,
     sources: Sources,
+    /// The mio source of each registered fd (kept on Windows, where mio needs its own).
+    regs: Registrations,
     /// Completions made without the kernel (cancel, failed re-registration), delivered by the
     /// next `wait`, which then does not block.
     pending: Vec<Completion>,
@@ -81,6 +84,7 @@ impl PollDriver {
             waker: std::mem::ManuallyDrop::new(waker),
             events: mio::Events::with_capacity(EVENTS_CAPACITY),
             sources: Sources::default(),
+            regs: Registrations::default(),
             pending: Vec::new(),
             multi: Vec::new(),
             changes: Vec::new(),
@@ -149,7 +153,6 @@ impl PollDriver {
         std::mem::take(&mut self.multi)
     }
 
-    #[cfg(unix)]
     fn submit_poll(
         &mut self,
         token: Token,
@@ -204,7 +207,6 @@ impl PollDriver {
     }
 
     /// Refuses a token already in flight and a negative fd.
-    #[cfg(unix)]
     fn check_new(&self, token: Token, fd: RawFd) -> io::Result<()> {
         if self.sources.contains(token) {
             return Err(io::Error::new(
@@ -220,16 +222,11 @@ impl PollDriver {
 
     /// Registers `fd` with mio now if `added` asks for it (an fd new to the driver), so a
     /// bad fd fails at once; on failure the op under `token` is forgotten.
-    #[cfg(unix)]
     #[inline]
     fn register_new(&mut self, token: Token, fd: RawFd, added: Added) -> io::Result<()> {
         if let Added::Register(interest) = added {
             self.counters.submissions += 1;
-            let res = self.poll.registry().register(
-                &mut mio::unix::SourceFd(&fd),
-                fd_token(fd),
-                mio_interest(interest),
-            );
+            let res = self.regs.register(self.poll.registry(), fd, interest);
             match res {
                 Ok(()) => self.sources.set_registered(fd, Some(interest)),
                 Err(e) => {
@@ -239,21 +236,6 @@ impl PollDriver {
             }
         }
         Ok(())
-    }
-
-    #[cfg(not(unix))]
-    fn submit_poll(
-        &mut self,
-        token: Token,
-        _fd: crate::sys::RawFd,
-        interest: Interest,
-        _multi: bool,
-    ) -> io::Result<()> {
-        check_op(token, interest)?;
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "poll driver: watching raw fds is not supported on this platform yet",
-        ))
     }
 
     /// Removes the op under `token`; its `-ECANCELED` completion comes with the next `wait`.
@@ -314,45 +296,38 @@ impl PollDriver {
     fn apply_changes(&mut self) {
         self.sources.take_changes(&mut self.changes);
         for (fd, change) in self.changes.drain(..) {
-            #[cfg(unix)]
-            {
-                let registry = self.poll.registry();
-                match change {
-                    Change::Remove => {
-                        // The fd may already be closed (and so gone from the poller).
-                        let _ = registry.deregister(&mut mio::unix::SourceFd(&fd));
-                    }
-                    Change::Arm {
-                        registered,
-                        interest,
-                    } => {
+            let registry = self.poll.registry();
+            match change {
+                Change::Remove => {
+                    // The fd may already be closed (and so gone from the poller).
+                    self.regs.deregister(registry, fd);
+                }
+                Change::Arm {
+                    registered,
+                    interest,
+                } => {
+                    self.counters.submissions += 1;
+                    let mut res = if registered {
+                        self.regs.reregister(registry, fd, interest)
+                    } else {
+                        self.regs.register(registry, fd, interest)
+                    };
+                    // Closing an fd removes it from epoll; a new file under the same
+                    // number needs a fresh registration.
+                    if registered && res.as_ref().is_err_and(is_enoent) {
                         self.counters.submissions += 1;
-                        let mut source = mio::unix::SourceFd(&fd);
-                        let (token, mio_int) = (fd_token(fd), mio_interest(interest));
-                        let mut res = if registered {
-                            registry.reregister(&mut source, token, mio_int)
-                        } else {
-                            registry.register(&mut source, token, mio_int)
-                        };
-                        // Closing an fd removes it from epoll; a new file under the same
-                        // number needs a fresh registration.
-                        if registered && res.as_ref().is_err_and(is_enoent) {
-                            self.counters.submissions += 1;
-                            res = registry.register(&mut source, token, mio_int);
-                        }
-                        match res {
-                            Ok(()) => self.sources.set_registered(fd, Some(interest)),
-                            Err(e) => {
-                                let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                                let (out, multi) = (&mut self.pending, &mut self.multi);
-                                self.sources.fail_fd(fd, errno, out, multi);
-                            }
+                        res = self.regs.register(registry, fd, interest);
+                    }
+                    match res {
+                        Ok(()) => self.sources.set_registered(fd, Some(interest)),
+                        Err(e) => {
+                            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                            let (out, multi) = (&mut self.pending, &mut self.multi);
+                            self.sources.fail_fd(fd, errno, out, multi);
                         }
                     }
                 }
             }
-            #[cfg(not(unix))]
-            let _ = (fd, change);
         }
     }
 
@@ -407,11 +382,8 @@ impl Drop for PollDriver {
     }
 }
 
-#[cfg(unix)]
+// The C runtime's value on Windows (105), where a cancelled Poll op completes with it too.
 const ECANCELED: i32 = libc::ECANCELED;
-// Windows' C runtime value; no Poll op completes there yet.
-#[cfg(not(unix))]
-const ECANCELED: i32 = 105;
 
 fn check_token(token: Token) -> io::Result<()> {
     if token == u64::MAX {
@@ -436,7 +408,7 @@ fn check_op(token: Token, interest: Interest) -> io::Result<()> {
 
 /// The kernel work of sends and accepts that readiness makes (`sources::Perform`).
 struct Kernel<'a> {
-    // Off Unix no accept runs (the driver refuses fds).
+    // Off Unix no accept runs (the driver refuses accepts on raw fds there).
     #[cfg_attr(not(unix), allow(dead_code))]
     multi: &'a mut Vec<Completion>,
 }
@@ -507,23 +479,8 @@ fn try_send(_fd: crate::sys::RawFd, _msg: usize) -> Option<i32> {
     Some(-ECANCELED)
 }
 
-#[cfg(unix)]
-fn fd_token(fd: RawFd) -> mio::Token {
-    mio::Token(fd as usize)
-}
-
-#[cfg(unix)]
 fn is_enoent(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::ENOENT)
-}
-
-#[cfg(unix)]
-fn mio_interest(interest: Interest) -> mio::Interest {
-    match (interest.is_readable(), interest.is_writable()) {
-        (true, true) => mio::Interest::READABLE | mio::Interest::WRITABLE,
-        (false, true) => mio::Interest::WRITABLE,
-        _ => mio::Interest::READABLE,
-    }
+    cfg!(unix) && e.raw_os_error() == Some(libc::ENOENT)
 }
 
 /// Readiness bits of one event. Errors wake every interest and hang-up both directions, as

@@ -8,7 +8,7 @@
 //! brought up to date. Not: calling mio (`poll/mod.rs` applies the changes this table asks
 //! for) or the kernel (the caller hands `ready` the sends and accepts as a [`Perform`]).
 
-// Off Unix the driver refuses fds before they reach this table.
+// Off Unix only Poll ops reach this table (sends and accepts on raw fds are Unix's).
 #![cfg_attr(not(unix), allow(dead_code))]
 
 use crate::intmap::IntMap;
