@@ -77,9 +77,10 @@ def main() -> int:
     built = ["poll (mio)"] + (["uring (io_uring)"] if _rsloop.BUILD_URING else [])
     print(f"native core: built with {', '.join(built)}")
     if not _rsloop.BUILD_FDS:
+        watched = "add_reader/add_writer on sockets, " if _rsloop.BUILD_FD_WATCHERS else ""
         print(
-            "native core: no fd watching (mio over IOCP runs timers and callbacks; sockets, "
-            "pipes, subprocesses and signals raise NotImplementedError)"
+            f"native core: no socket I/O (mio over IOCP runs {watched}timers and callbacks; "
+            "sock_*, transports, pipes, subprocesses and signals raise NotImplementedError)"
         )
     elif _rsloop.BUILD_PORTABLE:
         print(

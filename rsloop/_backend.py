@@ -5,8 +5,8 @@ asyncio. If the native module cannot be imported at all, rsloop still imports an
 out stdlib loops; the reason is kept for :func:`rsloop.backend` and shown in debug mode.
 
 ``auto`` never hands out a loop that can do less than asyncio's own on the platform: on
-Windows, where the native loop has no sockets, pipes or subprocesses yet, it gives the
-stdlib Proactor loop (with the reason, which ``python -m rsloop`` prints).
+Windows, where the native loop has no socket transports, pipes or subprocesses yet
+(only fd watchers on sockets), it gives the stdlib Proactor loop (with the reason, which ``python -m rsloop`` prints).
 ``RSLOOP_BACKEND=poll`` still asks for the native loop there.
 
 A native module built with the ``portable`` cargo feature (``nox -s portable``) runs, on
@@ -52,8 +52,9 @@ def _platform() -> str:
 # Platforms where the native loop lacks what asyncio's loop has, and what it lacks.
 _PLATFORM_GAPS = {
     "win32": (
-        "on Windows rsloop's native loop has no sockets, pipes, subprocesses or signal "
-        "handlers yet (they raise NotImplementedError); asyncio's Proactor loop has them"
+        "on Windows rsloop's native loop has no socket transports, sock_* methods, pipes, "
+        "subprocesses or signal handlers yet (they raise NotImplementedError; of what needs "
+        "sockets it has add_reader/add_writer only); asyncio's Proactor loop has them"
     ),
 }
 

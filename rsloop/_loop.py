@@ -61,15 +61,18 @@ def _run_until_complete_cb(fut):
     fut.get_loop().stop()
 
 
-# A native module whose driver watches no fds (Windows: mio's IOCP selector runs timers
-# and callbacks only) cannot run anything built on them: sockets, transports, pipes,
-# subprocesses, signals. The methods raise NotImplementedError naming themselves, as
-# asyncio's Proactor loop does for add_reader; `auto` gives that loop there instead.
+# A native module whose loop runs nothing built on fds beyond the fd watchers (Windows:
+# mio's IOCP selector watches sockets for add_reader/add_writer, and runs timers and
+# callbacks) lacks the rest: sock_*, transports, servers, pipes, subprocesses, signals.
+# Those methods raise NotImplementedError naming themselves, as asyncio's Proactor loop
+# does for add_reader; `auto` gives that loop there instead.
 _BUILD_FDS: bool = _rsloop.BUILD_FDS
+_BUILD_FD_WATCHERS: bool = _rsloop.BUILD_FD_WATCHERS
 _NO_FDS_WHY = (
-    "rsloop's native loop watches no sockets on this platform yet (on Windows mio's IOCP "
-    "is not wired into its driver); asyncio's Proactor loop, which RSLOOP_BACKEND=auto "
-    "gives here, has it; see docs/platforms.md"
+    "rsloop's native loop runs no sockets on this platform yet beyond add_reader/add_writer "
+    "(on Windows mio's IOCP watches them; sock_*, transports, servers, pipes, subprocesses "
+    "and signals are not built on it there); asyncio's Proactor loop, which "
+    "RSLOOP_BACKEND=auto gives here, has them; see docs/platforms.md"
 )
 
 
@@ -620,14 +623,16 @@ for _name in _PENDING:
         setattr(Loop, _name, _not_implemented(_name))
 del _name
 
-# Everything that needs an fd watched, where the driver watches none (_BUILD_FDS). The
-# mixins' Python code would otherwise arm watchers that never fire.
+# Everything built on fds beyond the watchers, where the native loop lacks it
+# (_BUILD_FDS); the watchers themselves (and asyncio's private names for them), where the
+# driver watches no fds at all (_BUILD_FD_WATCHERS). The mixins' Python code would
+# otherwise arm watchers that never fire, or run half of a method.
 _FD_WATCHERS = "add_reader add_writer remove_reader remove_writer"
-_NEEDS_FDS = [*_PENDING, *_FD_WATCHERS.split(), *(f"_{n}" for n in _FD_WATCHERS.split())]
-if not _BUILD_FDS:
-    for _name in _NEEDS_FDS:
-        setattr(Loop, _name, _not_implemented(_name, _NO_FDS_WHY))
-    del _name
+_NEEDS_WATCHERS = [*_FD_WATCHERS.split(), *(f"_{n}" for n in _FD_WATCHERS.split())]
+_NEEDS_FDS = list(_PENDING)
+_LACKING = [*(() if _BUILD_FDS else _NEEDS_FDS), *(() if _BUILD_FD_WATCHERS else _NEEDS_WATCHERS)]
+for _name in _LACKING:
+    setattr(Loop, _name, _not_implemented(_name, _NO_FDS_WHY))
 
 
 def _decline(self, *args):

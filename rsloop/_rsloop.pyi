@@ -14,6 +14,7 @@ __all__ = [
     "BUILD_URING",
     "BUILD_PORTABLE",
     "BUILD_FDS",
+    "BUILD_FD_WATCHERS",
     "CONTEXT_PEEK",
     "FAST_HANDLE_NEW",
     "Loop",
@@ -33,6 +34,7 @@ __version__: str
 BUILD_URING: bool
 BUILD_PORTABLE: bool
 BUILD_FDS: bool
+BUILD_FD_WATCHERS: bool
 CONTEXT_PEEK: bool
 FAST_HANDLE_NEW: bool
 

@@ -257,19 +257,25 @@ def test_the_314_simulation_catches_a_deprecated_read():
 
 @native
 def test_methods_needing_fds_follow_the_build():
-    """Where the native driver watches no fds (Windows), every loop method that needs one
-    raises NotImplementedError naming itself; on POSIX the driver watches fds."""
+    """Where the native loop runs nothing on fds beyond the watchers (Windows), every loop
+    method that needs more raises NotImplementedError naming itself; the fd watchers work
+    on POSIX and on Windows (sockets there), and raise the same where a build has none."""
     from rsloop import _loop, _rsloop
 
     assert _rsloop.BUILD_FDS == (os.name == "posix")
+    assert _rsloop.BUILD_FD_WATCHERS == (os.name in ("posix", "nt"))
     loop = _loop.Loop(backend="poll")
     try:
-        for name in _loop._NEEDS_FDS:
-            method = getattr(loop, name)
-            if _rsloop.BUILD_FDS:
-                assert not getattr(method, "_not_implemented", False), name
-                continue
-            with pytest.raises(NotImplementedError, match=rf"Loop\.{name}\(\) is not"):
-                method()
+        for names, built in (
+            (_loop._NEEDS_FDS, _rsloop.BUILD_FDS),
+            (_loop._NEEDS_WATCHERS, _rsloop.BUILD_FD_WATCHERS),
+        ):
+            for name in names:
+                method = getattr(loop, name)
+                if built:
+                    assert not getattr(method, "_not_implemented", False), name
+                    continue
+                with pytest.raises(NotImplementedError, match=rf"Loop\.{name}\(\) is not"):
+                    method()
     finally:
         loop.close()

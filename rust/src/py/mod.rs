@@ -25,11 +25,14 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "BUILD_PORTABLE",
         cfg!(any(not(target_os = "linux"), feature = "portable")),
     )?;
-    // Whether the `poll` driver watches fds (and so sockets, pipes, signals and children
-    // on top of them): on Unix. On Windows mio's IOCP selector runs timers and callbacks
-    // only, and the package makes every method that needs an fd raise
+    // Whether the native loop runs everything built on fds (sockets, transports, pipes,
+    // signals and children): on Unix. On Windows the package makes those methods raise
     // NotImplementedError (rsloop/_loop.py).
     m.add("BUILD_FDS", cfg!(unix))?;
+    // Whether the `poll` driver watches fds for add_reader/add_writer: on Unix any fd
+    // epoll or kqueue takes; on Windows sockets, through mio's IOCP selector (AFD polls),
+    // as asyncio's selector loop there (select()) takes sockets only.
+    m.add("BUILD_FD_WATCHERS", cfg!(any(unix, windows)))?;
     crate::core::handle::set_core_of(loop_::Loop::core_of);
     crate::ffi::python::probe_current_context(m.py());
     crate::ffi::python::probe_thread_ident();
