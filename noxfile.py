@@ -968,11 +968,15 @@ WINDOWS_PYTHON = "3.14"  # scripts/wine/pypkg/go.mod pins CPython 3.14.6
 # What the suite needs there beyond rsloop (pytest-asyncio: pyproject's pytest options).
 WINDOWS_TEST_DEPS = ["pytest>=8", "pytest-timeout", "hypothesis>=6", "pytest-asyncio>=1.4"]
 # The loops the suite runs on there: asyncio's own (Proactor: the control), rsloop's
-# fallback (what `auto` gives on Windows) and the native loop on mio's IOCP.
+# fallback (what `auto` gives on Windows) and the native loop on mio's IOCP. Cases marked
+# `selector_control` (tests/test_fd_watchers.py) are about fd watchers, which the Proactor
+# loop lacks: their control is asyncio's SelectorEventLoop, and the fallback (a Proactor
+# loop) skips them (tests/conftest.py, make_loop).
 WINDOWS_BACKENDS = "asyncio,fallback,poll"
 # `-- ci`: the modules that need no sockets of the native loop (scheduling, timers, the
-# task and executor API, debug mode, backend choice, the native stream reader), plus one
-# socket module, where the native loop's cases stop at the declared gap.
+# task and executor API, debug mode, backend choice, the native stream reader), the fd
+# watchers on sockets, and one socket module, where the native loop's cases stop at the
+# declared gap.
 WINDOWS_CI_TESTS = [
     "tests/test_callbacks.py",
     "tests/test_timers.py",
@@ -985,10 +989,11 @@ WINDOWS_CI_TESTS = [
     "tests/test_backend_selection.py",
     "tests/test_virtual_time.py",
     "tests/test_fast_streams.py",
+    "tests/test_fd_watchers.py",
     "tests/test_sock.py",
 ]
 WINDOWS_LOOP_NAMES = {
-    "asyncio": "asyncio (Proactor, the control)",
+    "asyncio": "asyncio (Proactor; SelectorEventLoop for fd watchers: the control)",
     "fallback": "fallback (what auto gives)",
     "poll": "native (poll: mio over IOCP)",
     "-": "no loop parameter",
@@ -1005,8 +1010,9 @@ WINDOWS_KNOWN = {
         "0.05 s threshold and logged a second warning (asyncio's code, not rsloop's)"
     ),
 }
-# How a native-loop case fails where the loop watches no fds (rsloop/_loop.py).
-WINDOWS_GAP = "watches no sockets on this platform yet"
+# How a native-loop case fails where the loop runs nothing on sockets beyond the fd
+# watchers (rsloop/_loop.py).
+WINDOWS_GAP = "runs no sockets on this platform yet"
 
 
 def _windows_tally(session: nox.Session, where: Path) -> None:

@@ -84,11 +84,33 @@ def unavailable(kind: str, why: str):
     pytest.skip(f"{kind} backend unavailable here: {why}")
 
 
-def make_loop(kind: str) -> asyncio.AbstractEventLoop:
-    """A fresh loop of one test backend, or pytest.skip with the reason (a failure in CI)."""
+# Where asyncio's default loop has no fd watchers (Windows: the Proactor loop), nor does
+# rsloop's fallback (that loop subclassed, what `auto` gives there).
+DEFAULT_LOOP_HAS_NO_WATCHERS = sys.platform == "win32"
+
+
+def stdlib_loop(selector: bool = False) -> asyncio.AbstractEventLoop:
+    """asyncio's own loop: its default, or with ``selector`` its ``SelectorEventLoop``. They
+    differ on Windows only, where the default is the Proactor loop, which has no fd
+    watchers (``add_reader`` raises NotImplementedError); the selector loop has them, on
+    sockets (``select()``), and is the control of the cases about them."""
+    if selector and DEFAULT_LOOP_HAS_NO_WATCHERS:
+        return asyncio.SelectorEventLoop()
+    return asyncio.new_event_loop()
+
+
+def make_loop(kind: str, selector: bool = False) -> asyncio.AbstractEventLoop:
+    """A fresh loop of one test backend, or pytest.skip with the reason (a failure in CI).
+    ``selector``: the case is about fd watchers, and asyncio's control is its selector loop
+    (``@pytest.mark.selector_control``; see `stdlib_loop`)."""
     if kind == "asyncio":
-        return asyncio.new_event_loop()
+        return stdlib_loop(selector)
     if kind == "fallback":
+        if selector and DEFAULT_LOOP_HAS_NO_WATCHERS:
+            pytest.skip(
+                "fd watchers: rsloop's fallback here is asyncio's Proactor loop, which has "
+                "none (NotImplementedError); this case's control is asyncio's SelectorEventLoop"
+            )
         from rsloop._fallback import FallbackLoop
 
         return FallbackLoop("test: forced fallback")
@@ -130,8 +152,9 @@ def loop(request, loop_kind, handler_log):
     """A new loop per test; fails the test if anything reached the exception handler and
     the test did not take it (``handler_log.take()``). ``@pytest.mark.debug_mode(False)``
     pins the debug flag for tests about one mode (the suite also runs under
-    PYTHONASYNCIODEBUG=1)."""
-    lp = make_loop(loop_kind)
+    PYTHONASYNCIODEBUG=1). ``@pytest.mark.selector_control``: see `make_loop`."""
+    selector = request.node.get_closest_marker("selector_control") is not None
+    lp = make_loop(loop_kind, selector)
     marker = request.node.get_closest_marker("debug_mode")
     if marker is not None:
         lp.set_debug(marker.args[0])

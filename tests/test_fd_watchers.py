@@ -1,4 +1,10 @@
-"""add_reader / add_writer: readiness callbacks on file descriptors, as asyncio's selectors."""
+"""add_reader / add_writer: readiness callbacks on file descriptors, as asyncio's selectors.
+
+asyncio's control here is its selector loop everywhere (``selector_control``): on Windows
+its default, the Proactor loop, has no fd watchers, and neither has rsloop's fallback, its
+subclass (those cases skip). There the watchers take sockets only, as ``select()`` does:
+``socket.socketpair()`` is a TCP pair on loopback, and the cases about Unix fds (pipes,
+files) skip."""
 
 from __future__ import annotations
 
@@ -10,9 +16,18 @@ import sys
 import tempfile
 
 import pytest
-from conftest import is_rsloop_native
+from conftest import is_rsloop_native, stdlib_loop
 
 from rsloop import _backend
+
+pytestmark = pytest.mark.selector_control
+
+# Cases about Unix fds: on Windows asyncio's selector takes any number at add_reader and
+# fails in select() later; rsloop refuses a non-socket at once (the test below).
+unix_fds = pytest.mark.skipif(
+    sys.platform == "win32",
+    reason="Unix fds (pipes, files, numbers past a C int); Windows watches sockets only",
+)
 
 
 def run_for(loop, seconds: float) -> None:
@@ -47,7 +62,7 @@ def asyncio_error(ref, call):
 @pytest.fixture
 def asyncio_loop():
     """A stdlib loop to compare with (created first, so its own fds are already taken)."""
-    ref = asyncio.new_event_loop()
+    ref = stdlib_loop(selector=True)
     yield ref
     ref.close()
 
@@ -286,6 +301,7 @@ def test_add_reader_object_without_fileno(loop):
         loop.remove_reader("not a file")
 
 
+@unix_fds
 def test_add_reader_closed_fd_raises_ebadf_like_asyncio(loop, asyncio_loop):
     r, w = os.pipe()
     os.close(r)
@@ -299,6 +315,7 @@ def test_add_reader_closed_fd_raises_ebadf_like_asyncio(loop, asyncio_loop):
     assert loop.remove_reader(r) is False
 
 
+@unix_fds
 def test_add_reader_regular_file_raises_eperm_like_asyncio(loop, asyncio_loop):
     with tempfile.TemporaryFile() as f:
         expected = asyncio_error(asyncio_loop, lambda lp: lp.add_reader(f, lambda: None))
@@ -330,6 +347,7 @@ def test_add_reader_on_a_device_without_poll_raises_eperm_like_asyncio(loop, asy
         assert loop.remove_reader(f) is False
 
 
+@unix_fds
 def test_fds_past_a_c_int_answer_as_asyncio(loop, asyncio_loop):
     for fd in (2**31, 2**63, 2**200):
         expected = asyncio_error(asyncio_loop, lambda lp, fd=fd: lp.add_reader(fd, print))
@@ -340,6 +358,20 @@ def test_fds_past_a_c_int_answer_as_asyncio(loop, asyncio_loop):
         assert loop.remove_reader(fd) is False
     with pytest.raises(ValueError, match="Invalid file descriptor"):
         loop.add_reader(-(2**200), print)
+
+
+@pytest.mark.skipif(sys.platform != "win32", reason="Windows: sockets only")
+def test_a_non_socket_is_refused_on_windows(loop):
+    """Windows watches sockets only. asyncio's selector loop takes any number and its
+    ``select()`` fails at the next iteration; rsloop refuses the number in ``add_reader``,
+    with the same error (WSAENOTSOCK), and keeps no watcher."""
+    with tempfile.TemporaryFile() as f:
+        with pytest.raises(OSError) as info:
+            loop.add_reader(f.fileno(), lambda: None)
+            run_once(loop)
+        assert info.value.errno == 10038  # WSAENOTSOCK
+        # The selector kept the number registered; rsloop kept nothing.
+        assert loop.remove_reader(f.fileno()) is (not is_rsloop_native(loop))
 
 
 def test_remove_reader_after_fd_closed_does_not_crash(loop):
