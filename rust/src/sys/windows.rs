@@ -108,6 +108,29 @@ pub fn fd_check_pollable(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether the socket `fd` is writable now (`WSAPoll`, no wait), or failed, which a
+/// writer must see too. An AFD poll completes when the socket becomes writable and its
+/// completion waits in the port until the loop next waits; by then the socket may be full
+/// again (written to while the loop was stopped), which a selector asked at that moment
+/// would not report. A `WSAPoll` error answers `true`: the writer runs and meets it.
+pub fn writable_now(fd: RawFd) -> bool {
+    use windows_sys::Win32::Networking::WinSock::{WSAPoll, POLLWRNORM, WSAPOLLFD};
+
+    let Ok(raw) = raw_socket(fd) else {
+        return true;
+    };
+    let mut entry = WSAPOLLFD {
+        fd: raw as usize,
+        events: POLLWRNORM,
+        revents: 0,
+    };
+    // SAFETY: `entry` is one valid, writable WSAPOLLFD and the count says one; timeout 0
+    // returns at once. Any number is a valid `fd` field (an invalid one is reported in
+    // `revents` as POLLNVAL, or the call fails).
+    let n = unsafe { WSAPoll(&mut entry, 1, 0) };
+    n != 0
+}
+
 fn raw_socket(fd: RawFd) -> io::Result<RawSocket> {
     RawSocket::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
 }

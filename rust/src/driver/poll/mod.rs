@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::driver::op::{Completion, DriverCounters, Interest, Op, Token};
-use registrations::Registrations;
+use registrations::{write_went_stale, Registrations};
 use sources::{Added, Change, OpKind, Perform, Sources};
 
 use crate::sys::RawFd;
@@ -278,8 +278,20 @@ impl PollDriver {
                 if event.token() == TOKEN_WAKER {
                     continue;
                 }
-                let ready = ready_interest(event);
+                let mut ready = ready_interest(event);
                 let fd = event.token().0 as i32;
+                if event.is_writable()
+                    && !event.is_error()
+                    && !event.is_write_closed()
+                    && write_went_stale(fd)
+                {
+                    // Writable when the kernel looked, full again now: a selector asked
+                    // now would not report it, and a writer that finds the socket full is
+                    // not harmless (asyncio's datagram writer resumes a paused protocol
+                    // even then). Wait again, as the uring driver does.
+                    ready = Interest::from_bits(ready.bits() & !Interest::WRITABLE.bits());
+                    self.sources.rearm(fd);
+                }
                 let hangup = event.is_error() || event.is_read_closed();
                 self.sources
                     .ready(fd, ready, event.is_error(), hangup, out, &mut io);

@@ -98,6 +98,20 @@ impl Registrations {
     }
 }
 
+/// Whether a write readiness mio reports for `fd` no longer holds (Windows: an AFD poll's
+/// completion waited in the port while the socket filled again; see
+/// `sys::windows::writable_now`). epoll and kqueue report what holds when the loop waits.
+#[inline]
+pub(super) fn write_went_stale(fd: RawFd) -> bool {
+    #[cfg(windows)]
+    return !crate::sys::windows::writable_now(fd);
+    #[cfg(not(windows))]
+    {
+        let _ = fd;
+        false
+    }
+}
+
 /// An fd's mio token: its own number (the waker's token, `usize::MAX`, is no fd's).
 pub(super) fn token(fd: RawFd) -> mio::Token {
     mio::Token(fd as usize)

@@ -355,6 +355,14 @@ impl Sources {
         }
     }
 
+    /// Queues `fd` for a refresh of its registration although no op on it completed (a
+    /// readiness the driver dropped as stale: mio does not report it again on its own).
+    pub(super) fn rearm(&mut self, fd: RawFd) {
+        if let Some(state) = self.fds.get_mut(&fd) {
+            Self::mark(&mut self.dirty, fd, state);
+        }
+    }
+
     fn mark(dirty: &mut Vec<RawFd>, fd: RawFd, state: &mut FdState) {
         if !state.dirty {
             state.dirty = true;
