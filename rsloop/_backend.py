@@ -6,7 +6,8 @@ out stdlib loops; the reason is kept for :func:`rsloop.backend` and shown in deb
 
 ``auto`` never hands out a loop that can do less than asyncio's own on the platform: on
 Windows, where the native loop has no socket transports, pipes or subprocesses yet
-(only fd watchers on sockets), it gives the stdlib Proactor loop (with the reason, which ``python -m rsloop`` prints).
+(only fd watchers on sockets), it gives the stdlib Proactor loop (with the reason, which
+``python -m rsloop`` prints).
 ``RSLOOP_BACKEND=poll`` still asks for the native loop there.
 
 A native module built with the ``portable`` cargo feature (``nox -s portable``) runs, on
