@@ -8,7 +8,9 @@ from typing_extensions import Self, disjoint_base
 
 __all__ = [
     "__version__",
+    "HttpCycle",
     "HttpRequestParser",
+    "HttpSent",
     "chunk",
     "response_head",
     "BUILD_URING",
@@ -312,6 +314,50 @@ class HttpRequestParser:
     def buffered(self) -> int: ...
     @property
     def idle(self) -> bool: ...
+
+@disjoint_base
+class HttpCycle:
+    """One request's response side for rsloop.http: ``send`` frames and writes in Rust."""
+
+    def __new__(
+        cls,
+        scope: dict[str, Any],
+        transport: Any,
+        flow: Any,
+        default_headers: Any,
+        access_log: bool,
+        keep_alive: bool,
+        expect_continue: bool,
+        on_response: Callable[[], object],
+    ) -> Self: ...
+    @property
+    def scope(self) -> dict[str, Any]: ...
+    @property
+    def transport(self) -> Any: ...
+    @property
+    def flow(self) -> Any: ...
+    on_response: Callable[[], object]
+    keep_alive: bool
+    disconnected: bool
+    waiting_for_100_continue: bool
+    more_body: bool
+    woken: bool
+    waiter: Any
+    body: bytearray
+    @property
+    def response_started(self) -> bool: ...
+    @property
+    def response_complete(self) -> bool: ...
+    def send(self, message: Any) -> Any: ...
+    def _send_now(self, message: Any) -> None: ...
+
+@final
+class HttpSent:
+    """The already-done awaitable ``HttpCycle.send`` returns."""
+
+    def __await__(self) -> Self: ...
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> None: ...
 
 def response_head(
     status_line: bytes,

@@ -22,7 +22,6 @@ import http
 import logging
 import sys
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 try:
@@ -47,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
         "(pip install uvicorn) to use it"
     ) from exc
 
-from ._rsloop import HttpRequestParser, chunk, response_head
+from ._rsloop import HttpCycle, HttpRequestParser, response_head
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGI3Application, ASGIReceiveEvent, ASGISendEvent
@@ -70,6 +69,9 @@ def _status_line(status: int) -> bytes:
 
 
 _STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
+
+_LOGGER = logging.getLogger("uvicorn.error")
+_ACCESS_LOGGER = logging.getLogger("uvicorn.access")
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -274,12 +276,10 @@ class HttpProtocol(asyncio.Protocol):
             scope,
             self.transport,
             self.flow,
-            self.logger,
-            self.access_logger,
-            self.access_log,
             self.server_state.default_headers,
-            expect_continue,
+            self.access_log,
             keep_alive,
+            expect_continue,
             self._on_response_complete,
         )
         if previous is None or previous.response_complete:
@@ -410,63 +410,11 @@ class HttpProtocol(asyncio.Protocol):
         self.transport.close()
 
 
-class _Cycle:
-    """One request and its response: the ASGI ``receive`` and ``send``."""
+class _Cycle(HttpCycle):
+    """One request and its response: the ASGI ``receive``, and ``send`` (native: the
+    response head and body are framed and written in Rust, see ``HttpCycle``)."""
 
-    __slots__ = (
-        "access_log",
-        "access_logger",
-        "body",
-        "chunked",
-        "default_headers",
-        "disconnected",
-        "expected_length",
-        "flow",
-        "keep_alive",
-        "logger",
-        "woken",
-        "waiter",
-        "more_body",
-        "on_response",
-        "response_complete",
-        "response_started",
-        "scope",
-        "transport",
-        "waiting_for_100_continue",
-    )
-
-    def __init__(
-        self,
-        scope: dict[str, Any],
-        transport: asyncio.Transport,
-        flow: FlowControl,
-        logger: logging.Logger,
-        access_logger: logging.Logger,
-        access_log: bool,
-        default_headers: list[tuple[bytes, bytes]],
-        expect_continue: bool,
-        keep_alive: bool,
-        on_response: Callable[[], None],
-    ) -> None:
-        self.scope = scope
-        self.transport = transport
-        self.flow = flow
-        self.logger = logger
-        self.access_logger = access_logger
-        self.access_log = access_log
-        self.default_headers = default_headers
-        self.woken = False
-        self.waiter: asyncio.Future[None] | None = None
-        self.on_response = on_response
-        self.disconnected = False
-        self.keep_alive = keep_alive
-        self.waiting_for_100_continue = expect_continue
-        self.body = bytearray()
-        self.more_body = True
-        self.response_started = False
-        self.response_complete = False
-        self.chunked = False
-        self.expected_length = 0
+    __slots__ = ()
 
     def wake(self) -> None:
         """What asyncio.Event.set() did: the next receive() returns without waiting, a
@@ -480,20 +428,20 @@ class _Cycle:
         try:
             result = await app(self.scope, self.receive, self.send)  # type: ignore[arg-type, func-returns-value]
         except BaseException as exc:
-            self.logger.error("Exception in ASGI application\n", exc_info=exc)
+            _LOGGER.error("Exception in ASGI application\n", exc_info=exc)
             if not self.response_started:
                 await self._send_500()
             else:
                 self.transport.close()
         else:
             if result is not None:
-                self.logger.error("ASGI callable should return None, but returned '%s'.", result)
+                _LOGGER.error("ASGI callable should return None, but returned '%s'.", result)
                 self.transport.close()
             elif not self.response_started and not self.disconnected:
-                self.logger.error("ASGI callable returned without starting response.")
+                _LOGGER.error("ASGI callable returned without starting response.")
                 await self._send_500()
             elif not self.response_complete and not self.disconnected:
-                self.logger.error("ASGI callable returned without completing response.")
+                _LOGGER.error("ASGI callable returned without completing response.")
                 self.transport.close()
         finally:
             self.on_response = _nothing
@@ -514,70 +462,25 @@ class _Cycle:
             {"type": "http.response.body", "body": b"Internal Server Error", "more_body": False}
         )
 
-    async def send(self, message: ASGISendEvent) -> None:
-        if self.disconnected or self.flow.write_paused:
-            if self.flow.write_paused and not self.disconnected:
-                await self.flow.drain()
-            if self.disconnected:
-                return
-        kind = message["type"]
-        if not self.response_started:
-            if kind != "http.response.start":
-                raise RuntimeError(
-                    f"Expected ASGI message 'http.response.start', but got '{kind}'."
-                )
-            self.response_started = True
-            self.waiting_for_100_continue = False
-            status = message["status"]  # type: ignore[typeddict-item]
-            scope = self.scope
-            if self.access_log:
-                self.access_logger.info(
-                    '%s - "%s %s HTTP/%s" %d',
-                    get_client_addr(scope),  # type: ignore[arg-type]
-                    scope["method"],
-                    get_path_with_query_string(scope),  # type: ignore[arg-type]
-                    scope["http_version"],
-                    status,
-                )
-            head, self.chunked, self.expected_length, self.keep_alive = response_head(
-                _STATUS_LINES[status],
-                self.default_headers,
-                message.get("headers", ()),
-                scope["method"] == "HEAD",
-                status,
-                self.keep_alive,
-            )
-            self.transport.write(head)
-        elif not self.response_complete:
-            if kind != "http.response.body":
-                raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{kind}'.")
-            body = message.get("body", b"")
-            more_body = message.get("more_body", False)
-            if self.scope["method"] == "HEAD":
-                self.expected_length = 0
-            elif self.chunked:
-                self.transport.write(chunk(body, not more_body))
-            else:
-                if len(body) > self.expected_length:
-                    raise RuntimeError("Response content longer than Content-Length")
-                self.expected_length -= len(body)
-                if body:
-                    self.transport.write(body)
-            if not more_body:
-                if self.expected_length != 0:
-                    raise RuntimeError("Response content shorter than Content-Length")
-                self.response_complete = True
-                self.woken = True  # wake(), inlined
-                waiter = self.waiter
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(None)
-                if not self.keep_alive:
-                    self.transport.close()
-                self.on_response()
-        else:
-            raise RuntimeError(
-                f"Unexpected ASGI message '{kind}' sent, after response already completed."
-            )
+    async def _send_slow(self, message: ASGISendEvent) -> None:
+        """``send`` when writing is paused or the client gone: wait for the transport
+        to drain, then send (nothing goes out once the client is gone)."""
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected:
+            return
+        self._send_now(message)
+
+    def _log_access(self, status: int) -> None:
+        scope = self.scope
+        _ACCESS_LOGGER.info(
+            '%s - "%s %s HTTP/%s" %d',
+            get_client_addr(scope),  # type: ignore[arg-type]
+            scope["method"],
+            get_path_with_query_string(scope),  # type: ignore[arg-type]
+            scope["http_version"],
+            status,
+        )
 
     async def receive(self) -> ASGIReceiveEvent:
         if self.waiting_for_100_continue and not self.transport.is_closing():

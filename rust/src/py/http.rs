@@ -334,8 +334,35 @@ pub fn response_head<'py>(
     keep_alive: bool,
 ) -> PyResult<(Bound<'py, PyBytes>, bool, u64, bool)> {
     let mut out = Vec::with_capacity(256);
-    let mut writer = HeadWriter::new(&mut out, status_line, keep_alive);
-    for list in [default_headers, headers] {
+    let framing = write_head(
+        py,
+        &mut out,
+        status_line,
+        [default_headers, headers],
+        is_head,
+        status,
+        keep_alive,
+    )?;
+    Ok((
+        PyBytes::new(py, &out),
+        framing.chunked,
+        framing.content_length,
+        framing.keep_alive,
+    ))
+}
+
+/// The head `response_head` returns, written into `out`.
+pub(super) fn write_head(
+    py: Python<'_>,
+    out: &mut Vec<u8>,
+    status_line: &[u8],
+    lists: [&Bound<'_, PyAny>; 2],
+    is_head: bool,
+    status: u16,
+    keep_alive: bool,
+) -> PyResult<response::Framing> {
+    let mut writer = HeadWriter::new(out, status_line, keep_alive);
+    for list in lists {
         for item in list.try_iter()? {
             let (name, value) = header_pair(&item?)?;
             let length = if name.eq_ignore_ascii_case(b"content-length")
@@ -350,13 +377,7 @@ pub fn response_head<'py>(
                 .map_err(|err| pyo3::exceptions::PyRuntimeError::new_err(err.message()))?;
         }
     }
-    let framing = writer.finish(is_head, status);
-    Ok((
-        PyBytes::new(py, &out),
-        framing.chunked,
-        framing.content_length,
-        framing.keep_alive,
-    ))
+    Ok(writer.finish(is_head, status))
 }
 
 /// `chunk(data, last)`: `data` (bytes, or any bytes-like: Starlette streams memoryviews)
@@ -383,5 +404,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<HttpRequestParser>()?;
     m.add_function(wrap_pyfunction!(response_head, m)?)?;
     m.add_function(wrap_pyfunction!(chunk, m)?)?;
+    super::http_cycle::register(m)?;
     Ok(())
 }

@@ -4,6 +4,7 @@ mod clock;
 pub mod convert;
 pub(crate) mod futures;
 mod http;
+mod http_cycle;
 pub mod loop_;
 mod scheduling;
 #[cfg(unix)]
