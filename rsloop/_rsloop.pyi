@@ -328,6 +328,7 @@ class HttpCycle:
         access_log: bool,
         keep_alive: bool,
         expect_continue: bool,
+        whole: bool,
         on_response: Callable[[], object],
     ) -> Self: ...
     @property

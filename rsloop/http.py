@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["HttpProtocol"]
 
 # The event kinds of HttpRequestParser.feed (rust/src/py/http.rs).
-_HEAD, _BODY, _COMPLETE, _UPGRADED, _ERROR = range(5)
+_HEAD, _BODY, _COMPLETE, _UPGRADED, _ERROR, _WHOLE = range(6)
 
 # uvicorn's own default for h11_max_incomplete_event_size, where a Config lacks it.
 _DEFAULT_MAX_HEAD = 16 * 1024
@@ -190,8 +190,10 @@ class HttpProtocol(asyncio.Protocol):
         rest = b""
         for event in parser.feed(data):
             kind = event[0]
-            if kind == _HEAD:
-                upgrade_head = self._on_head(event)
+            if kind == _WHOLE:  # a request without a body, whole: the common one
+                self._on_head(event, True)
+            elif kind == _HEAD:
+                upgrade_head = self._on_head(event, False)
             elif kind == _BODY:
                 self._on_body(event[1])
             elif kind == _COMPLETE:
@@ -246,9 +248,10 @@ class HttpProtocol(asyncio.Protocol):
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
 
-    def _on_head(self, event: tuple[Any, ...]) -> dict[str, Any] | None:
+    def _on_head(self, event: tuple[Any, ...], whole: bool) -> dict[str, Any] | None:
         """A request head: its scope, then its cycle (started, or queued behind the one
-        in progress). Returns the scope when the connection becomes a websocket."""
+        in progress); ``whole`` when the request came in full, without a body. Returns
+        the scope when the connection becomes a websocket."""
         _, scope, keep_alive, expect_continue, upgrade = event
         self.scope = scope
         if upgrade is not None:
@@ -280,6 +283,7 @@ class HttpProtocol(asyncio.Protocol):
             self.access_log,
             keep_alive,
             expect_continue,
+            whole,
             self._on_response_complete,
         )
         if previous is None or previous.response_complete:

@@ -18,7 +18,7 @@ h11 = pytest.importorskip("h11")
 
 from rsloop._rsloop import HttpRequestParser  # noqa: E402
 
-HEAD, BODY, COMPLETE, UPGRADED, ERROR = range(5)
+HEAD, BODY, COMPLETE, UPGRADED, ERROR, WHOLE = range(6)
 MAX_HEAD = 16 * 1024
 
 TCHAR = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -172,7 +172,8 @@ def test_set_scope_makes_each_head_its_asgi_scope():
         b"GET /a%20b/%E2%82%AC?x=%20 HTTP/1.1\r\nHost: t\r\nConnection: keep-alive\r\n\r\n"
         b"GET / HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\n\r\n"
     )
-    assert [e[0] for e in events] == [HEAD, COMPLETE, HEAD, COMPLETE]
+    # Each request came whole, without a body: one event for its head and its end.
+    assert [e[0] for e in events] == [WHOLE, WHOLE]
     _, scope, keep_alive, expect_continue, upgrade = events[0]
     assert (keep_alive, expect_continue, upgrade) == (True, False, None)
     assert scope == {**base, "http_version": "1.1", "method": "GET",
@@ -181,11 +182,38 @@ def test_set_scope_makes_each_head_its_asgi_scope():
                      "query_string": b"x=%20"}  # fmt: skip
     # Each request has its own copies of the connection's dicts.
     assert scope["state"] is not state and scope["asgi"] is not asgi
-    second = events[2][1]
+    second = events[1][1]
     assert second["path"] == "/api/" and second["raw_path"] == b"/api/"
     # HTTP/1.0: not kept alive, whatever its Connection field says.
-    assert second["http_version"] == "1.0" and events[2][2] is False
+    assert second["http_version"] == "1.0" and events[1][2] is False
     assert second["state"] is not scope["state"]
+
+
+def test_with_a_scope_only_a_request_whole_in_one_read_is_one_event():
+    """A head whose body, or whose end, comes in a later read stays a head event; a body,
+    an upgrade and an error keep their order after the head."""
+    parser = HttpRequestParser(MAX_HEAD, True)
+    parser.set_scope({"type": "http", "root_path": "", "state": {}})
+    events = parser.feed(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nh")
+    assert [e[0] for e in events] == [HEAD, BODY]
+    assert [e[0] for e in parser.feed(b"i")] == [BODY, COMPLETE]
+    events = parser.feed(b"GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\nGET")
+    assert [e[0] for e in events] == [WHOLE]
+    assert (
+        parser.feed(b" / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")[0][0] == HEAD
+    )
+    assert parser.feed(b"0\r\n\r\n") == [(COMPLETE,)]
+    events = parser.feed(
+        b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nContent-Length: x\r\n\r\n"
+    )
+    assert [e[0] for e in events] == [WHOLE, ERROR]
+    parser = HttpRequestParser(MAX_HEAD, True)
+    parser.set_scope({"type": "http", "root_path": "", "state": {}})
+    events = parser.feed(
+        b"GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nxy"
+    )
+    assert [e[0] for e in events] == [HEAD, UPGRADED]
+    assert events[0][4] == b"websocket" and events[1][1] == b"xy"
 
 
 def test_a_cycle_through_the_scope_base_is_collected():

@@ -19,6 +19,9 @@ const BODY: u8 = 1;
 const COMPLETE: u8 = 2;
 const UPGRADED: u8 = 3;
 const ERROR: u8 = 4;
+/// A head (as scope) whose request is already whole, without a body: `HEAD` and
+/// `COMPLETE` in one event.
+const WHOLE: u8 = 5;
 
 /// An HTTP/1.x request parser.
 ///
@@ -37,7 +40,9 @@ const ERROR: u8 = 4;
 /// `type`, `asgi`, `server`, `client`, `scheme`, `root_path`, `state`; a dict among them
 /// is copied too) with the request's `http_version`, `headers`, `method`, `path` (percent
 /// decoded as `urllib.parse.unquote` decodes it, after `root_path`), `raw_path` (after
-/// `root_path`) and `query_string`; `keep_alive` false for HTTP/1.0.
+/// `root_path`) and `query_string`; `keep_alive` false for HTTP/1.0. A request without a
+/// body that `data` completes, not an upgrade, is then one event
+/// `(5, scope, keep_alive, expect_continue, None)`: its head and its end.
 #[pyclass(module = "rsloop._rsloop", name = "HttpRequestParser")]
 pub struct HttpRequestParser {
     parser: RequestParser,
@@ -92,11 +97,13 @@ impl HttpRequestParser {
         let mut sink = PySink {
             py,
             events: PyList::empty(py),
+            pending: None,
             error: None,
             upgrade_websocket: self.upgrade_websocket,
             scope: self.scope.as_ref(),
         };
         let parsed = self.parser.feed(data, &mut sink);
+        sink.flush_head(HEAD);
         if let Err(err) = parsed {
             let why: ParseError = err;
             let event = (ERROR, why.to_string()).into_pyobject(py);
@@ -141,6 +148,9 @@ impl HttpRequestParser {
 struct PySink<'py, 'a> {
     py: Python<'py>,
     events: Bound<'py, PyList>,
+    /// The scope-mode head just read, held back in case its request ends at once
+    /// (`WHOLE`): `(scope, keep_alive, expect_continue)`.
+    pending: Option<(Bound<'py, PyDict>, bool, bool)>,
     error: Option<PyErr>,
     upgrade_websocket: bool,
     scope: Option<&'a ScopeBase>,
@@ -203,6 +213,15 @@ fn build_scope<'py>(
 }
 
 impl PySink<'_, '_> {
+    /// Pushes the held-back head, as `kind` (`HEAD`, or `WHOLE` when its request ended).
+    fn flush_head(&mut self, kind: u8) {
+        if let Some((scope, keep_alive, expect_continue)) = self.pending.take() {
+            let py = self.py;
+            let event = (kind, scope, keep_alive, expect_continue, py.None()).into_pyobject(py);
+            self.push(event);
+        }
+    }
+
     fn push(&mut self, event: PyResult<Bound<'_, PyTuple>>) {
         if self.error.is_some() {
             return;
@@ -232,6 +251,10 @@ impl Sink for PySink<'_, '_> {
             let upgrade = head.upgrade.map(|u| PyBytes::new(py, u));
             if let Some(base) = self.scope {
                 let scope = build_scope(py, base, head, headers, version)?;
+                let keep_alive = head.keep_alive && head.minor_version != 0;
+                if upgrade.is_none() {
+                    return Ok(Err((scope, keep_alive, head.expect_continue)));
+                }
                 return (
                     HEAD,
                     scope,
@@ -239,7 +262,8 @@ impl Sink for PySink<'_, '_> {
                     head.expect_continue,
                     upgrade,
                 )
-                    .into_pyobject(py);
+                    .into_pyobject(py)
+                    .map(Ok);
             }
             (
                 HEAD,
@@ -253,8 +277,13 @@ impl Sink for PySink<'_, '_> {
                 upgrade,
             )
                 .into_pyobject(py)
+                .map(Ok)
         })();
-        self.push(event);
+        match event {
+            Ok(Err(pending)) => self.pending = Some(pending),
+            Ok(Ok(event)) => self.push(Ok(event)),
+            Err(err) => self.push(Err(err)),
+        }
         self.upgrade_websocket
             && head
                 .upgrade
@@ -262,16 +291,21 @@ impl Sink for PySink<'_, '_> {
     }
 
     fn body(&mut self, chunk: &[u8]) {
+        self.flush_head(HEAD);
         let event = (BODY, PyBytes::new(self.py, chunk)).into_pyobject(self.py);
         self.push(event);
     }
 
     fn complete(&mut self) {
+        if self.pending.is_some() {
+            return self.flush_head(WHOLE);
+        }
         let event = (COMPLETE,).into_pyobject(self.py);
         self.push(event);
     }
 
     fn upgraded(&mut self, rest: &[u8]) {
+        self.flush_head(HEAD);
         let event = (UPGRADED, PyBytes::new(self.py, rest)).into_pyobject(self.py);
         self.push(event);
     }

@@ -20,7 +20,8 @@ use crate::ffi::iternext::{IterNext, Next};
 
 /// One request's response side (see the module). Built per request by the protocol:
 /// `HttpCycle(scope, transport, flow, default_headers, access_log, keep_alive,
-/// expect_continue, on_response)`.
+/// expect_continue, whole, on_response)`; `whole` when the request has come in full
+/// without a body (its one `receive()` then needs no wait).
 #[pyclass(subclass, module = "rsloop._rsloop", name = "HttpCycle")]
 pub struct HttpCycle {
     #[pyo3(get)]
@@ -154,7 +155,7 @@ fn sent(py: Python<'_>) -> PyResult<Py<PyAny>> {
 #[pymethods]
 impl HttpCycle {
     #[new]
-    #[pyo3(signature = (scope, transport, flow, default_headers, access_log, keep_alive, expect_continue, on_response))]
+    #[pyo3(signature = (scope, transport, flow, default_headers, access_log, keep_alive, expect_continue, whole, on_response))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         scope: &Bound<'_, PyDict>,
@@ -164,6 +165,7 @@ impl HttpCycle {
         access_log: bool,
         keep_alive: bool,
         expect_continue: bool,
+        whole: bool,
         on_response: Py<PyAny>,
     ) -> PyResult<Self> {
         let py = scope.py();
@@ -178,8 +180,8 @@ impl HttpCycle {
             keep_alive,
             disconnected: false,
             waiting_for_100_continue: expect_continue,
-            more_body: true,
-            woken: false,
+            more_body: !whole,
+            woken: whole,
             waiter: None,
             body: pyo3::types::PyByteArray::new(py, b"").into_any().unbind(),
             response_started: false,
