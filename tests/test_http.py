@@ -190,6 +190,40 @@ def test_keep_alive_serves_one_request_after_another(loop):
     run(loop, main())
 
 
+def test_each_response_carries_the_servers_default_headers_of_the_moment(loop):
+    """uvicorn replaces server_state.default_headers each second (a new date): every
+    response has the list current when it starts, whatever it was before."""
+
+    async def main():
+        async with Served(loop, hello) as srv:
+            client = await srv.connect()
+            lists = [
+                [(b"date", b"one"), (b"server", b"uvicorn")],
+                [(b"date", b"two"), (b"server", b"uvicorn")],
+                [(b"date", b"two")],
+            ]
+            lists.append(lists[1])  # the same list again, changed in place
+            for i, defaults in enumerate(lists):
+                if i == 3:
+                    defaults[0] = (b"date", b"three")
+                srv.state.default_headers = defaults
+                await client.send(client.request("GET", "/"))
+                head, body = await client.response()
+                assert body == b"hello"
+                assert [(n, v) for n, v in head.headers if n in (b"date", b"server")] == [
+                    (n, v) for n, v in defaults
+                ]
+            # Defaults that frame the body are read as an app's headers are.
+            srv.state.default_headers = [(b"Connection", b"close")]
+            await client.send(client.request("GET", "/"))
+            head, body = await client.response()
+            assert (body, head_value(head, b"connection")) == (b"hello", b"close")
+            assert await client.closed()
+            client.close()
+
+    run(loop, main())
+
+
 def test_pipelined_requests_are_answered_in_order(loop):
     async def main():
         async with Served(loop, echo) as srv:

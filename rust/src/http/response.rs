@@ -66,37 +66,72 @@ impl<'a> HeadWriter<'a> {
         value: &[u8],
         length: Option<u64>,
     ) -> Result<(), HeadError> {
-        if name.iter().any(|&b| bad_name_byte(b)) {
+        let framing = self.line(name, value)?;
+        match framing {
+            Framed::Length => {
+                if self.chunked.is_none() {
+                    self.content_length =
+                        length.or_else(|| decimal(value)).ok_or(HeadError::Length)?;
+                    self.chunked = Some(false);
+                }
+            }
+            Framed::Chunked => {
+                if value.eq_ignore_ascii_case(b"chunked") {
+                    self.content_length = 0;
+                    self.chunked = Some(true);
+                }
+            }
+            Framed::Connection => {
+                if value
+                    .split(|&b| b == b',')
+                    .any(|t| trim(t).eq_ignore_ascii_case(b"close"))
+                {
+                    self.keep_alive = false;
+                    self.has_close = true;
+                }
+            }
+            Framed::No => {}
+        }
+        Ok(())
+    }
+
+    /// Writes `name: value` (name lowercased) after checking both; says whether the
+    /// name is one that frames the body or the connection.
+    fn line(&mut self, name: &[u8], value: &[u8]) -> Result<Framed, HeadError> {
+        let start = self.out.len();
+        self.out.reserve(name.len() + value.len() + 4);
+        let mut bad = 0u8;
+        for &b in name {
+            bad |= BYTE_CLASS[usize::from(b)] & BAD_NAME;
+            self.out.push(b.to_ascii_lowercase());
+        }
+        if bad != 0 {
+            self.out.truncate(start);
             return Err(HeadError::Name);
         }
-        if value.iter().any(|&b| bad_value_byte(b)) {
+        if value
+            .iter()
+            .any(|&b| BYTE_CLASS[usize::from(b)] & BAD_VALUE != 0)
+        {
+            self.out.truncate(start);
             return Err(HeadError::Value);
         }
-        let start = self.out.len();
-        self.out.extend(name.iter().map(u8::to_ascii_lowercase));
-        let lower = &self.out[start..];
-        if lower == b"content-length" {
-            if self.chunked.is_none() {
-                self.content_length = length.or_else(|| decimal(value)).ok_or(HeadError::Length)?;
-                self.chunked = Some(false);
-            }
-        } else if lower == b"transfer-encoding" {
-            if value.eq_ignore_ascii_case(b"chunked") {
-                self.content_length = 0;
-                self.chunked = Some(true);
-            }
-        } else if lower == b"connection"
-            && value
-                .split(|&b| b == b',')
-                .any(|t| trim(t).eq_ignore_ascii_case(b"close"))
-        {
-            self.keep_alive = false;
-            self.has_close = true;
-        }
+        let framed = match &self.out[start..] {
+            b"content-length" => Framed::Length,
+            b"transfer-encoding" => Framed::Chunked,
+            b"connection" => Framed::Connection,
+            _ => Framed::No,
+        };
         self.out.extend_from_slice(b": ");
         self.out.extend_from_slice(value);
         self.out.extend_from_slice(b"\r\n");
-        Ok(())
+        Ok(framed)
+    }
+
+    /// Header lines already checked and lowercased (written before by
+    /// [`HeadWriter::plain_lines`]), none of them framing the body or the connection.
+    pub fn raw(&mut self, lines: &[u8]) {
+        self.out.extend_from_slice(lines);
     }
 
     /// Ends the head. A response to HEAD, a 204 and a 304 have no body to frame; any other
@@ -123,14 +158,61 @@ impl<'a> HeadWriter<'a> {
     }
 }
 
-/// uvicorn's `HEADER_RE`: control bytes, space, tab and the separators.
-fn bad_name_byte(b: u8) -> bool {
-    b < 0x20 || b == 0x7f || b" ()<>@,;:[]={}\\\"".contains(&b)
+/// Whether a header name frames the body or the connection.
+enum Framed {
+    Length,
+    Chunked,
+    Connection,
+    No,
 }
 
-/// uvicorn's `HEADER_VALUE_RE`: control bytes but tab.
-fn bad_value_byte(b: u8) -> bool {
-    (b < 0x20 && b != b'\t') || b == 0x7f
+/// `header lines` for `(name, value)` pairs that frame nothing, checked and lowercased as
+/// [`HeadWriter::header`] writes them; `None` if one is refused or frames the body or
+/// the connection (those go through `header`).
+pub fn plain_lines<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut writer = HeadWriter {
+        out: &mut out,
+        chunked: None,
+        content_length: 0,
+        keep_alive: true,
+        has_close: false,
+    };
+    for (name, value) in pairs {
+        if !matches!(writer.line(name, value), Ok(Framed::No)) {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+const BAD_NAME: u8 = 1;
+const BAD_VALUE: u8 = 2;
+
+/// Per byte: `BAD_NAME` for uvicorn's `HEADER_RE` (control bytes, space, tab and the
+/// separators), `BAD_VALUE` for its `HEADER_VALUE_RE` (control bytes but tab).
+static BYTE_CLASS: [u8; 256] = byte_classes();
+
+const fn byte_classes() -> [u8; 256] {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        if byte < 0x20 || byte == 0x7f {
+            table[b] |= BAD_NAME;
+            if byte != b'\t' {
+                table[b] |= BAD_VALUE;
+            }
+        }
+        b += 1;
+    }
+    let separators = b" ()<>@,;:[]={}\\\"";
+    let mut i = 0;
+    while i < separators.len() {
+        table[separators[i] as usize] |= BAD_NAME;
+        i += 1;
+    }
+    table
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {

@@ -385,7 +385,9 @@ pub fn response_head<'py>(
     ))
 }
 
-/// The head `response_head` returns, written into `out`.
+/// The head `response_head` returns, written into `out`. `lists[0]` is the server's
+/// default headers (uvicorn's `server_state.default_headers`, a new list each second):
+/// their lines are kept from the last head written with the same list of the same items.
 pub(super) fn write_head(
     py: Python<'_>,
     out: &mut Vec<u8>,
@@ -396,22 +398,122 @@ pub(super) fn write_head(
     keep_alive: bool,
 ) -> PyResult<response::Framing> {
     let mut writer = HeadWriter::new(out, status_line, keep_alive);
-    for list in lists {
-        for item in list.try_iter()? {
-            let (name, value) = header_pair(&item?)?;
-            let length = if name.eq_ignore_ascii_case(b"content-length")
-                && response::decimal(&value).is_none()
-            {
-                Some(python_length(py, &value)?)
-            } else {
-                None
-            };
-            writer
-                .header_with_length(&name, &value, length)
-                .map_err(|err| pyo3::exceptions::PyRuntimeError::new_err(err.message()))?;
-        }
+    let [defaults, headers] = lists;
+    if !DEFAULT_LINES.with(defaults, &mut writer) {
+        write_headers(py, &mut writer, defaults)?;
     }
+    write_headers(py, &mut writer, headers)?;
     Ok(writer.finish(is_head, status))
+}
+
+fn write_headers(
+    py: Python<'_>,
+    writer: &mut HeadWriter<'_>,
+    list: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let refused =
+        |err: response::HeadError| pyo3::exceptions::PyRuntimeError::new_err(err.message());
+    for item in list.try_iter()? {
+        let item = item?;
+        // The common item: a tuple of two bytes, read in place.
+        if let Ok(pair) = item.cast::<PyTuple>() {
+            if pair.len() == 2 {
+                let name = pair.get_borrowed_item(0)?;
+                let value = pair.get_borrowed_item(1)?;
+                if let (Ok(name), Ok(value)) = (name.cast::<PyBytes>(), value.cast::<PyBytes>()) {
+                    let (name, value) = (name.as_bytes(), value.as_bytes());
+                    if !name.eq_ignore_ascii_case(b"content-length")
+                        || response::decimal(value).is_some()
+                    {
+                        writer.header(name, value).map_err(refused)?;
+                        continue;
+                    }
+                }
+            }
+        }
+        let (name, value) = header_pair(&item)?;
+        let length = if name.eq_ignore_ascii_case(b"content-length")
+            && response::decimal(&value).is_none()
+        {
+            Some(python_length(py, &value)?)
+        } else {
+            None
+        };
+        writer
+            .header_with_length(&name, &value, length)
+            .map_err(refused)?;
+    }
+    Ok(())
+}
+
+/// The lines of the last default-header list written, by the identity of the list and
+/// of its items (tuples, held here so that an address is not reused while compared).
+struct DefaultLines {
+    last: std::sync::Mutex<Option<Kept>>,
+}
+
+struct Kept {
+    list: Py<PyAny>,
+    items: Vec<Py<PyAny>>,
+    lines: Vec<u8>,
+}
+
+static DEFAULT_LINES: DefaultLines = DefaultLines {
+    last: std::sync::Mutex::new(None),
+};
+
+impl DefaultLines {
+    /// Writes `defaults`' lines from the copy kept, or from a new copy when the list is
+    /// a list of `(bytes, bytes)` tuples framing nothing; false (nothing written) if not.
+    fn with(&self, defaults: &Bound<'_, PyAny>, writer: &mut HeadWriter<'_>) -> bool {
+        let Ok(list) = defaults.cast_exact::<PyList>() else {
+            return false;
+        };
+        let Ok(mut last) = self.last.lock() else {
+            return false;
+        };
+        if let Some(kept) = last.as_ref() {
+            if kept.list.is(defaults)
+                && kept.items.len() == list.len()
+                && kept.items.iter().zip(list.iter()).all(|(a, b)| a.is(&b))
+            {
+                writer.raw(&kept.lines);
+                return true;
+            }
+        }
+        let mut items = Vec::with_capacity(list.len());
+        let mut pairs = Vec::with_capacity(list.len());
+        for item in list.iter() {
+            let Ok(pair) = item.cast::<PyTuple>() else {
+                return false;
+            };
+            if pair.len() != 2 {
+                return false;
+            }
+            let (Ok(name), Ok(value)) = (
+                pair.get_item(0).and_then(|n| Ok(n.cast_into::<PyBytes>()?)),
+                pair.get_item(1).and_then(|v| Ok(v.cast_into::<PyBytes>()?)),
+            ) else {
+                return false;
+            };
+            pairs.push((name, value));
+            items.push(item.unbind());
+        }
+        let Some(lines) =
+            response::plain_lines(pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())))
+        else {
+            return false;
+        };
+        writer.raw(&lines);
+        let old = last.replace(Kept {
+            list: defaults.clone().unbind(),
+            items,
+            lines,
+        });
+        drop(last);
+        drop(old); // outside the lock: freeing it is the interpreter's business
+        true
+    }
 }
 
 /// `chunk(data, last)`: `data` (bytes, or any bytes-like: Starlette streams memoryviews)
