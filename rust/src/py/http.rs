@@ -85,8 +85,17 @@ impl HttpRequestParser {
                 dicts.push((key.unbind(), dict.unbind()));
             }
         }
+        // The request's keys are in the base from the start (None until a request sets
+        // them): each request's copy then has the room for them, and setting one
+        // replaces a value instead of growing the dict.
+        let template = base.copy()?;
+        for key in REQUEST_KEYS {
+            if !template.contains(key)? {
+                template.set_item(key, py.None())?;
+            }
+        }
         self.scope = Some(ScopeBase {
-            base: base.copy()?.unbind(),
+            base: template.unbind(),
             dicts,
             root_path,
         });
@@ -179,6 +188,68 @@ fn scope_path<'py>(py: Python<'py>, root: &str, path: &[u8]) -> PyResult<Bound<'
     Ok(PyString::new(py, &format!("{root}{}", decoded.to_cow()?)))
 }
 
+/// The scope's keys each request sets.
+const REQUEST_KEYS: [&str; 6] = [
+    "http_version",
+    "method",
+    "path",
+    "raw_path",
+    "query_string",
+    "headers",
+];
+
+/// `method` as a str: the common ones shared, as interned strings.
+fn method_str<'py>(py: Python<'py>, method: &str) -> Bound<'py, PyString> {
+    use pyo3::intern;
+    match method {
+        "GET" => intern!(py, "GET").clone(),
+        "POST" => intern!(py, "POST").clone(),
+        "HEAD" => intern!(py, "HEAD").clone(),
+        "PUT" => intern!(py, "PUT").clone(),
+        "DELETE" => intern!(py, "DELETE").clone(),
+        "PATCH" => intern!(py, "PATCH").clone(),
+        "OPTIONS" => intern!(py, "OPTIONS").clone(),
+        _ => PyString::new(py, method),
+    }
+}
+
+/// Header names most requests carry, lowercased: one bytes object each, shared by every
+/// request (bytes are immutable) instead of one per header per request.
+const COMMON_NAMES: [&[u8]; 16] = [
+    b"host",
+    b"user-agent",
+    b"accept",
+    b"accept-encoding",
+    b"accept-language",
+    b"connection",
+    b"content-type",
+    b"content-length",
+    b"cookie",
+    b"referer",
+    b"origin",
+    b"cache-control",
+    b"authorization",
+    b"x-forwarded-for",
+    b"x-forwarded-proto",
+    b"x-request-id",
+];
+
+static COMMON_NAME_OBJECTS: PyOnceLock<Vec<Py<PyBytes>>> = PyOnceLock::new();
+
+/// `lower` (a lowercased header name) as bytes: a shared object for a common name.
+fn name_bytes<'py>(py: Python<'py>, lower: &[u8]) -> Bound<'py, PyBytes> {
+    if let Some(i) = COMMON_NAMES.iter().position(|n| *n == lower) {
+        let names = COMMON_NAME_OBJECTS.get_or_init(py, || {
+            COMMON_NAMES
+                .iter()
+                .map(|n| PyBytes::new(py, n).unbind())
+                .collect()
+        });
+        return names[i].bind(py).clone();
+    }
+    PyBytes::new(py, lower)
+}
+
 /// The ASGI scope of `head` (see `HttpRequestParser`).
 fn build_scope<'py>(
     py: Python<'py>,
@@ -194,7 +265,7 @@ fn build_scope<'py>(
     }
     scope.set_item(intern!(py, "http_version"), version)?;
     scope.set_item(intern!(py, "headers"), headers)?;
-    scope.set_item(intern!(py, "method"), PyString::new(py, head.method))?;
+    scope.set_item(intern!(py, "method"), method_str(py, head.method))?;
     scope.set_item(
         intern!(py, "path"),
         scope_path(py, &base.root_path, head.path)?,
@@ -241,7 +312,7 @@ impl Sink for PySink<'_, '_> {
             for header in head.headers {
                 lower.clear();
                 lower.extend(header.name.bytes().map(|b| b.to_ascii_lowercase()));
-                headers.append((PyBytes::new(py, &lower), PyBytes::new(py, header.value)))?;
+                headers.append((name_bytes(py, &lower), PyBytes::new(py, header.value)))?;
             }
             let version = if head.minor_version == 0 {
                 pyo3::intern!(py, "1.0")
