@@ -337,7 +337,7 @@ class HttpCycle:
     def transport(self) -> Any: ...
     @property
     def flow(self) -> Any: ...
-    on_response: Callable[[], object]
+    on_response: Callable[[], object] | None
     keep_alive: bool
     disconnected: bool
     waiting_for_100_continue: bool

@@ -129,6 +129,9 @@ class HttpProtocol(asyncio.Protocol):
         self.reset_contextvars = getattr(config, "reset_contextvars", False)
         self.idle_since = self.last_read = 0.0
 
+        # The cycles' end-of-response call, made once.
+        self._on_response = self._on_response_complete
+
         # Per request.
         self.scope: dict[str, Any] = None  # type: ignore[assignment]
         self.cycle: _Cycle = None  # type: ignore[assignment]
@@ -284,7 +287,7 @@ class HttpProtocol(asyncio.Protocol):
             keep_alive,
             expect_continue,
             whole,
-            self._on_response_complete,
+            self._on_response,
         )
         if previous is None or previous.response_complete:
             self._start(self.cycle, app)
@@ -431,13 +434,19 @@ class _Cycle(HttpCycle):
     async def run_asgi(self, app: ASGI3Application) -> None:
         try:
             result = await app(self.scope, self.receive, self.send)  # type: ignore[arg-type, func-returns-value]
+            if result is None and self.response_complete:
+                return  # the common end: on_response has run, and is spent
         except BaseException as exc:
-            _LOGGER.error("Exception in ASGI application\n", exc_info=exc)
-            if not self.response_started:
-                await self._send_500()
-            else:
-                self.transport.close()
-        else:
+            try:
+                _LOGGER.error("Exception in ASGI application\n", exc_info=exc)
+                if not self.response_started:
+                    await self._send_500()
+                else:
+                    self.transport.close()
+            finally:
+                self.on_response = None
+            return
+        try:
             if result is not None:
                 _LOGGER.error("ASGI callable should return None, but returned '%s'.", result)
                 self.transport.close()
@@ -448,7 +457,8 @@ class _Cycle(HttpCycle):
                 _LOGGER.error("ASGI callable returned without completing response.")
                 self.transport.close()
         finally:
-            self.on_response = _nothing
+            # A response the app did not end: nothing it sends later is the protocol's.
+            self.on_response = None
 
     async def _send_500(self) -> None:
         await self.send(
@@ -509,7 +519,3 @@ class _Cycle(HttpCycle):
         }
         self.body = bytearray()
         return message
-
-
-def _nothing() -> None:
-    pass

@@ -31,9 +31,10 @@ pub struct HttpCycle {
     #[pyo3(get)]
     flow: Py<PyAny>,
     default_headers: Py<PyAny>,
-    /// Called once when the response ends; the protocol's bookkeeping.
+    /// Called when the response ends (then dropped: once per cycle); the protocol's
+    /// bookkeeping.
     #[pyo3(get, set)]
-    on_response: Py<PyAny>,
+    on_response: Option<Py<PyAny>>,
     access_log: bool,
     /// A response to HEAD: no body goes out (read from the scope at the start).
     is_head: bool,
@@ -174,7 +175,7 @@ impl HttpCycle {
             transport,
             flow,
             default_headers,
-            on_response,
+            on_response: Some(on_response),
             access_log,
             is_head: false,
             keep_alive,
@@ -251,7 +252,9 @@ impl HttpCycle {
         visit.call(&self.transport)?;
         visit.call(&self.flow)?;
         visit.call(&self.default_headers)?;
-        visit.call(&self.on_response)?;
+        if let Some(on_response) = &self.on_response {
+            visit.call(on_response)?;
+        }
         visit.call(&self.body)?;
         if let Some(waiter) = &self.waiter {
             visit.call(waiter)?;
@@ -261,6 +264,7 @@ impl HttpCycle {
 
     fn __clear__(&mut self) {
         self.waiter = None;
+        self.on_response = None;
     }
 }
 
@@ -375,7 +379,7 @@ impl HttpCycle {
             (
                 this.waiter.as_ref().map(|w| w.clone_ref(py)),
                 this.keep_alive,
-                this.on_response.clone_ref(py),
+                this.on_response.take(),
             )
         };
         if let Some(waiter) = waiter {
@@ -387,7 +391,9 @@ impl HttpCycle {
         if !keep_alive {
             transport.call_method0(intern!(py, "close"))?;
         }
-        on_response.bind(py).call0()?;
+        if let Some(on_response) = on_response {
+            on_response.bind(py).call0()?;
+        }
         Ok(())
     }
 }
