@@ -71,6 +71,8 @@ def _status_line(status: int) -> bytes:
 _STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
 
 _LOGGER = logging.getLogger("uvicorn.error")
+# asyncio.Task, which takes eager_start= from 3.12 on (typeshed's may not say so).
+_Task: Any = asyncio.Task
 _ACCESS_LOGGER = logging.getLogger("uvicorn.access")
 
 
@@ -122,12 +124,17 @@ class HttpProtocol(asyncio.Protocol):
         # (3.12+, no task factory of the user's), and the keep-alive timer is armed once
         # and moved on when it fires instead of cancelled and made again per request.
         real_loop = isinstance(self.loop, asyncio.AbstractEventLoop)
+        self.reset_contextvars = getattr(config, "reset_contextvars", False)
         self.eager = (
-            real_loop and sys.version_info >= (3, 12) and self.loop.get_task_factory() is None
+            real_loop
+            and sys.version_info >= (3, 12)
+            and self.loop.get_task_factory() is None
+            and not self.reset_contextvars
         )
         self.lazy_timer = real_loop
-        self.reset_contextvars = getattr(config, "reset_contextvars", False)
-        self.idle_since = self.last_read = 0.0
+        # When the last response ended, and whether anything was read since.
+        self.idle_since = 0.0
+        self.read_while_idle = False
 
         # The cycles' end-of-response call, made once.
         self._on_response = self._on_response_complete
@@ -183,7 +190,7 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.timeout_keep_alive_task is not None:
             if self.lazy_timer:
-                self.last_read = self.loop.time()
+                self.read_while_idle = True
             else:
                 self._cancel_keep_alive()
         parser = self.parser
@@ -232,8 +239,15 @@ class HttpProtocol(asyncio.Protocol):
             cycle = self.cycle
             if cycle is not None and not cycle.response_complete:
                 return
-            due = max(self.idle_since, self.last_read) + self.timeout_keep_alive
-            if due > self.loop.time():
+            now = self.loop.time()
+            if self.read_while_idle:
+                # Part of a request came since the last response ended (when, is not
+                # kept): the connection counts as idle from now.
+                self.read_while_idle = False
+                due = now + self.timeout_keep_alive
+            else:
+                due = self.idle_since + self.timeout_keep_alive
+            if due > now:
                 self.timeout_keep_alive_task = self.loop.call_at(
                     due, self.timeout_keep_alive_handler
                 )
@@ -335,20 +349,20 @@ class HttpProtocol(asyncio.Protocol):
         self.send_400_response("Invalid HTTP request received.")
 
     def _start(self, cycle: _Cycle, app: ASGI3Application) -> None:
-        if self.reset_contextvars:
+        if self.eager:
+            # The app runs at once, up to its first wait: a response that needs no
+            # waiting is written before data_received returns, without a trip through
+            # the ready queue. A task already done needs no tracking (its done callback
+            # would be one more handle through the ready queue, to remove it again).
+            task = _Task(cycle.run_asgi(app), loop=self.loop, eager_start=True)
+            if task.done():
+                return
+        elif self.reset_contextvars:
             # uvicorn's opt-in: the app does not see context set outside the request.
             if sys.version_info >= (3, 11):
                 task = self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())
             else:  # pragma: no cover - 3.10
                 task = contextvars.Context().run(self.loop.create_task, cycle.run_asgi(app))
-        elif self.eager:
-            # The app runs at once, up to its first wait: a response that needs no
-            # waiting is written before data_received returns, without a trip through
-            # the ready queue. A task already done needs no tracking (its done callback
-            # would be one more handle through the ready queue, to remove it again).
-            task = asyncio.Task(cycle.run_asgi(app), loop=self.loop, eager_start=True)  # type: ignore[call-arg]
-            if task.done():
-                return
         else:
             task = self.loop.create_task(cycle.run_asgi(app))
         task.add_done_callback(self.tasks.discard)
@@ -369,6 +383,7 @@ class HttpProtocol(asyncio.Protocol):
             self.send_400_response("Invalid HTTP request received.")
         elif self.lazy_timer:
             self.idle_since = self.loop.time()
+            self.read_while_idle = False
             if self.timeout_keep_alive_task is None:
                 self.timeout_keep_alive_task = self.loop.call_later(
                     self.timeout_keep_alive, self.timeout_keep_alive_handler

@@ -428,6 +428,36 @@ def test_an_idle_connection_is_closed_after_the_keep_alive_timeout(loop):
     run(loop, main())
 
 
+def test_the_keep_alive_timeout_counts_from_the_last_response(loop):
+    """Requests answered while the timer runs move the deadline to their last response,
+    not further; part of a request read while idle keeps the connection open longer."""
+
+    async def main():
+        async with Served(loop, hello, timeout_keep_alive=0.3) as srv:
+            client = await srv.connect()
+            for _ in range(3):  # across the timer armed by the first response
+                await client.send(client.request("GET", "/"))
+                await client.response()
+                await asyncio.sleep(0.12)
+            t0 = loop.time()
+            assert await client.closed()
+            assert 0.1 <= loop.time() - t0 < 0.4  # due 0.3 s after the last response
+            client.close()
+
+            client = await srv.connect()
+            await client.send(client.request("GET", "/"))
+            await client.response()
+            await asyncio.sleep(0.2)
+            await client.send(b"GET / HTTP/1.1\r\n")  # a head not yet whole
+            await asyncio.sleep(0.2)  # past the first deadline: still open
+            await client.send(b"Host: t\r\n\r\n")
+            head, body = await client.response()
+            assert (head.status_code, body) == (200, b"hello")
+            client.close()
+
+    run(loop, main())
+
+
 def test_proxy_headers_root_path_and_the_access_log(loop):
     scopes = []
 
