@@ -201,7 +201,33 @@ class HttpProtocol(asyncio.Protocol):
         for event in parser.feed(data):
             kind = event[0]
             if kind == _WHOLE:  # a request without a body, whole: the common one
-                self._on_head(event, True)
+                previous = self.cycle
+                if (
+                    self.eager
+                    and self.limit_concurrency is None
+                    and (previous is None or previous.response_complete)
+                ):
+                    # _on_head() and _start() for it, inline: no upgrade (the parser
+                    # never makes one whole), no limit to check, nothing to wait for.
+                    _, scope, keep_alive, expect_continue, _ = event
+                    self.scope = scope
+                    cycle = self.cycle = _Cycle(
+                        scope,
+                        self.transport,
+                        self.flow,
+                        self.server_state.default_headers,
+                        self.access_log,
+                        keep_alive,
+                        expect_continue,
+                        True,
+                        self._on_response,
+                    )
+                    task = _Task(cycle.run_asgi(self.app), loop=self.loop, eager_start=True)
+                    if not task.done():
+                        task.add_done_callback(self.tasks.discard)
+                        self.tasks.add(task)
+                else:
+                    self._on_head(event, True)
             elif kind == _HEAD:
                 upgrade_head = self._on_head(event, False)
             elif kind == _BODY:
