@@ -190,6 +190,33 @@ def test_keep_alive_serves_one_request_after_another(loop):
     run(loop, main())
 
 
+def test_what_send_returns_is_a_coroutine_to_asyncio(loop):
+    """An app may hand send()'s result to anything that takes a coroutine, as with an
+    `async def` send: create_task, gather, ensure_future."""
+
+    async def app(scope, receive, send):
+        start = send({"type": "http.response.start", "status": 200, "headers": []})
+        assert asyncio.iscoroutine(start)
+        with pytest.raises(ValueError, match="thrown in"):
+            start.throw(ValueError("thrown in"))
+        with pytest.raises(StopIteration):
+            start.send(None)
+        start.close()
+        await asyncio.create_task(start)
+        await asyncio.gather(send({"type": "http.response.body", "body": b"he", "more_body": True}))
+        await asyncio.ensure_future(send({"type": "http.response.body", "body": b"llo"}))
+
+    async def main():
+        async with Served(loop, app) as srv:
+            client = await srv.connect()
+            await client.send(client.request("GET", "/"))
+            head, body = await client.response()
+            client.close()
+            return head.status_code, body
+
+    assert run(loop, main()) == (200, b"hello")
+
+
 def test_each_response_carries_the_servers_default_headers_of_the_moment(loop):
     """uvicorn replaces server_state.default_headers each second (a new date): every
     response has the list current when it starts, whatever it was before."""

@@ -7,7 +7,7 @@
 //! Owns: the response framing and the checks uvicorn makes on what an app sends.
 //! Not: parsing (`py::http`), flow control and waiting (the Python subclass).
 
-use pyo3::exceptions::{PyKeyError, PyRuntimeError};
+use pyo3::exceptions::{PyBaseException, PyKeyError, PyRuntimeError, PyStopIteration};
 use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -115,7 +115,10 @@ fn is(kind: &Bound<'_, PyAny>, name: &str) -> bool {
         .is_ok_and(|s| s.to_str().is_ok_and(|s| s == name))
 }
 
-/// The already-done awaitable `send` returns.
+/// The already-done awaitable `send` returns. It is a coroutine as `collections.abc`
+/// defines one (it has the four methods), so what takes a coroutine takes it:
+/// `asyncio.create_task(send(message))`, anyio's `start_soon`; each run of it returns
+/// `None` at once.
 #[pyclass(frozen, module = "rsloop._rsloop", name = "HttpSent")]
 pub struct HttpSent;
 
@@ -133,6 +136,35 @@ impl HttpSent {
     fn __next__(&self) -> Option<()> {
         None
     }
+
+    /// `coro.send(value)`: done, so `StopIteration` with the result `None`.
+    fn send(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let _ = value;
+        Err(PyStopIteration::new_err(()))
+    }
+
+    /// `coro.throw(exc)`: nothing left to run, so the exception comes straight back, as
+    /// from a coroutine that has not started (the old three-argument form included).
+    #[pyo3(signature = (typ, val = None, tb = None))]
+    fn throw(
+        &self,
+        typ: &Bound<'_, PyAny>,
+        val: Option<&Bound<'_, PyAny>>,
+        tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let _ = tb;
+        if typ.is_instance_of::<PyBaseException>() {
+            return Err(PyErr::from_value(typ.clone()));
+        }
+        let exc = match val {
+            Some(val) if val.is_instance_of::<PyBaseException>() => val.clone(),
+            Some(val) if !val.is_none() => typ.call1((val,))?,
+            _ => typ.call0()?,
+        };
+        Err(PyErr::from_value(exc))
+    }
+
+    fn close(&self) {}
 }
 
 /// `next(sent)`: done at once, returning `None`.
