@@ -965,7 +965,9 @@ def test_writer_does_not_resume_for_writability_that_passed_while_the_loop_was_s
         drain_peer()  # writable when the loop runs: the writer sends and resumes
         run_once()
         assert proto.flow == ["pause", "resume"]
-        assert tr.get_write_buffer_size() == 0
+        # The queued datagram went out. (Not read off get_write_buffer_size(): 3.13.0's
+        # asyncio leaves 8 per datagram sent from the queue, and rsloop follows it.)
+        assert drain_peer() == 1
     finally:
         if tr is not None:
             tr.abort()
