@@ -425,6 +425,9 @@ class HttpProtocol(asyncio.Protocol):
         if self.logger.level <= TRACE_LOG_LEVEL:
             self.logger.log(TRACE_LOG_LEVEL, "%sUpgrading to WebSocket", self._prefix())
         self.connections.discard(self)
+        # The keep-alive timer of the requests served before on this connection would
+        # close the transport the websocket protocol now owns (a read no longer cancels it).
+        self._cancel_keep_alive()
         scope = self.scope
         target = scope["raw_path"]
         if scope["query_string"]:

@@ -798,6 +798,47 @@ def test_a_websocket_upgrade_goes_to_uvicorns_websocket_protocol(loop, root_path
     assert run(loop, main()) == b"echo:hi"
 
 
+def test_a_websocket_after_requests_on_the_same_connection_outlives_the_keep_alive_timer(
+    loop,
+):
+    """A connection that served a request, then upgraded: the keep-alive timer of the
+    HTTP requests does not close the websocket's transport."""
+    pytest.importorskip("websockets")
+
+    async def app(scope, receive, send):
+        if scope["type"] == "http":
+            return await hello(scope, receive, send)
+        assert (await receive())["type"] == "websocket.connect"
+        await send({"type": "websocket.accept"})
+        message = await receive()
+        await send({"type": "websocket.send", "text": "echo:" + message["text"]})
+
+    async def main():
+        async with Served(loop, app, ws="websockets-sansio", timeout_keep_alive=0.1) as srv:
+            client = await srv.connect()
+            await client.send(client.request("GET", "/"))
+            head, body = await client.response()
+            assert (head.status_code, body) == (200, b"hello")
+            reader, writer = client.reader, client.writer
+            writer.write(
+                b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+            )
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 101 ")
+            await asyncio.sleep(0.5)  # five keep-alive timeouts
+            mask, text = b"\x01\x02\x03\x04", b"hi"
+            masked = bytes(b ^ mask[i % 4] for i, b in enumerate(text))
+            writer.write(b"\x81" + bytes([0x80 | len(text)]) + mask + masked)
+            first = await reader.readexactly(2)
+            assert first[0] == 0x81
+            data = await reader.readexactly(first[1] & 0x7F)
+            writer.close()
+            return data
+
+    assert run(loop, main()) == b"echo:hi"
+
+
 # -- on other loops ---------------------------------------------------------------------
 
 
