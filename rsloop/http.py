@@ -183,6 +183,9 @@ class HttpProtocol(asyncio.Protocol):
         if exc is None:
             self.transport.close()
         self.parser = None
+        # No cycle is made after this; the bound method held here would keep the
+        # protocol in a reference cycle, for the collector to find.
+        self._on_response = None  # type: ignore[assignment]
 
     def eof_received(self) -> None:
         pass
@@ -428,6 +431,7 @@ class HttpProtocol(asyncio.Protocol):
         # The keep-alive timer of the requests served before on this connection would
         # close the transport the websocket protocol now owns (a read no longer cancels it).
         self._cancel_keep_alive()
+        self._on_response = None  # type: ignore[assignment]
         scope = self.scope
         target = scope["raw_path"]
         if scope["query_string"]:
