@@ -516,6 +516,43 @@ def test_closing_a_socket_right_after_remove_reader_closes_it(loop):
         c.connect(addr)
 
 
+def test_a_new_socket_under_a_number_removed_in_the_same_iteration_is_watched(loop):
+    """A reader removed, its socket closed and a new socket (on Linux under the same number,
+    the lowest free one; Windows reuses numbers too) watched before the loop runs again:
+    the new socket's reader fires, as with asyncio's selector loop. (epoll dropped the old
+    file at its close; mio on Windows keeps its state for the closed socket, dead.)"""
+    a, a_peer = socket.socketpair()
+    a.setblocking(False)
+    loop.add_reader(a.fileno(), lambda: None)
+    run_once(loop)  # registered with the kernel
+    old = a.fileno()
+    assert loop.remove_reader(old)
+    a.close()
+    b, b_peer = socket.socketpair()
+    try:
+        b.setblocking(False)
+        if sys.platform.startswith("linux"):
+            assert old in (b.fileno(), b_peer.fileno())
+        if b_peer.fileno() == old:
+            b, b_peer = b_peer, b
+        fired: list[bytes] = []
+
+        def on_readable() -> None:
+            fired.append(b.recv(16))
+            loop.stop()
+
+        loop.add_reader(b.fileno(), on_readable)
+        b_peer.send(b"x")
+        loop.call_later(2.0, loop.stop)
+        loop.run_forever()
+        assert fired == [b"x"]
+        assert loop.remove_reader(b.fileno())
+    finally:
+        a_peer.close()
+        b.close()
+        b_peer.close()
+
+
 def test_a_busy_loop_sees_readiness_in_the_next_iteration(loop, pair):
     """While callbacks keep the loop busy, a byte sent to a watched socket reaches its
     reader in the next iteration, as asyncio's selector does, even when the reader ran in

@@ -56,7 +56,8 @@ impl Registrations {
         }
     }
 
-    /// Re-registers `fd` with `interest`, which re-reports its current readiness.
+    /// Re-registers `fd` with `interest`, which re-reports its current readiness (on
+    /// Windows: registers it afresh).
     #[inline]
     pub(super) fn reregister(
         &mut self,
@@ -70,12 +71,18 @@ impl Registrations {
             token(fd),
             mio_interest(interest),
         );
+        // A fresh registration each time: mio's state for a socket closed since it was
+        // registered is dead (marked for deletion at the local close; its `reregister`
+        // does nothing), and Windows gives the number to the next socket at once, so a
+        // new socket watched under an old number (removed and added in one iteration)
+        // would never be polled. What epoll's ENOENT tells the driver on Unix
+        // (`apply_changes`), Windows does not say: so it is not asked.
         #[cfg(windows)]
-        match self.sockets.get_mut(&fd) {
-            Some(socket) => {
-                mio::event::Source::reregister(socket, registry, token(fd), mio_interest(interest))
+        {
+            if let Some(mut old) = self.sockets.remove(&fd) {
+                let _ = mio::event::Source::deregister(&mut old, registry);
             }
-            None => Err(io::ErrorKind::NotFound.into()),
+            self.register(registry, fd, interest)
         }
         #[cfg(not(any(unix, windows)))]
         {
